@@ -1,0 +1,3 @@
+from hearth.cli import app
+
+app()

@@ -1,0 +1,120 @@
+"""Admin API (``HEARTH_ADMIN_TOKEN``): list, upsert, enable and disable registry entries.
+
+An upsert is the same idempotent apply as ``hearth apply FILE`` restricted to one entry, so the
+file and the API can never disagree about what "unchanged" means. Keys are only shown masked.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from hearth.api.deps import read_json_object, require_admin, runtime
+from hearth.api.envelope import ok
+from hearth.errors import HearthError
+from hearth.gateway.admission import scopes_for
+from hearth.registry.config import (
+    EndpointSpec,
+    ModelSpec,
+    PriceSpec,
+    ProviderSpec,
+    QuotaGroupSpec,
+    RegistrySpec,
+)
+from hearth.registry.store import apply_registry, list_rows, set_endpoint_enabled
+from hearth.state.base import StateUnavailable
+
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+
+_KINDS: dict[str, tuple[str, str, type[Any]]] = {
+    "providers": ("providers", "name", ProviderSpec),
+    "quota-groups": ("quota_groups", "name", QuotaGroupSpec),
+    "endpoints": ("endpoints", "name", EndpointSpec),
+    "models": ("models", "name", ModelSpec),
+    "prices": ("prices", "model", PriceSpec),
+}
+
+
+def _kind(kind: str) -> tuple[str, str, type[Any]]:
+    if kind not in _KINDS:
+        raise HearthError("not_found", f"Unknown registry kind `{kind}`.", details={"kinds": sorted(_KINDS)})
+    return _KINDS[kind]
+
+
+@router.get("/{kind}", summary="List registry entries of one kind")
+async def list_entries(kind: str, request: Request) -> Response:
+    table, _, _ = _kind(kind)
+    return ok(request, await list_rows(runtime(request).engine, table))
+
+
+@router.put("/{kind}/{name:path}", summary="Create or update one registry entry (idempotent)")
+async def upsert_entry(kind: str, name: str, request: Request) -> Response:
+    table, key_field, spec_cls = _kind(kind)
+    body = await read_json_object(request)
+    body[key_field] = name
+    try:
+        spec = spec_cls.model_validate(body)
+        registry_spec = RegistrySpec(**{table: [spec]})
+    except ValidationError as exc:
+        problems = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        raise HearthError("invalid_request", "The entry is invalid.", details={"errors": problems}) from exc
+    rt = runtime(request)
+    report = await apply_registry(rt.engine, registry_spec, rt.vault)
+    if report.changed:
+        await rt.reload_registry()
+    return ok(request, report.as_dict())
+
+
+async def _toggle(request: Request, name: str, enabled: bool) -> Response:
+    rt = runtime(request)
+    reason = None if enabled else "disabled by admin"
+    if not await set_endpoint_enabled(rt.engine, name, enabled, reason):
+        raise HearthError("not_found", f"No endpoint named `{name}`.")
+    if enabled:
+        try:
+            await rt.state.clear_cooldown(f"ep:{name}")
+        except StateUnavailable as exc:
+            raise HearthError("state_backend_unavailable", retry_after=2) from exc
+    await rt.reload_registry()
+    return ok(request, {"name": name, "enabled": enabled})
+
+
+@router.post("/endpoints/{name}/enable", summary="Enable an endpoint (clears a credential cooldown)")
+async def enable_endpoint(name: str, request: Request) -> Response:
+    return await _toggle(request, name, True)
+
+
+@router.post("/endpoints/{name}/disable", summary="Disable an endpoint")
+async def disable_endpoint(name: str, request: Request) -> Response:
+    return await _toggle(request, name, False)
+
+
+@router.get("/endpoints/{name}/status", summary="Live state of an endpoint: leases, windows, health")
+async def endpoint_status(name: str, request: Request) -> Response:
+    rt = runtime(request)
+    ep = rt.gateway.registry.endpoints.get(name)
+    if ep is None:
+        raise HearthError("not_found", f"No endpoint named `{name}`.")
+    try:
+        scopes = {}
+        for s in scopes_for(ep):
+            u = await rt.state.usage(s.key)
+            scopes[s.key] = {"in_flight": u.in_flight, "max_concurrency": s.max_concurrency,
+                             "rpm_used": u.rpm_used, "rpm": s.rpm, "tpm_used": u.tpm_used, "tpm": s.tpm,
+                             "cooldown_s": round(u.cooldown_s, 3)}
+    except StateUnavailable as exc:
+        raise HearthError("state_backend_unavailable", retry_after=2) from exc
+    return ok(request, {"name": name, "enabled": ep.enabled, "disabled_reason": ep.disabled_reason,
+                        "api_key": ep.api_key_hint, "scopes": scopes,
+                        "health": rt.gateway.health.snapshot(name, time.time())})
+
+
+@router.get("/stats", summary="Process counters: request-log writer, registry version")
+async def stats(request: Request) -> Response:
+    rt = runtime(request)
+    return ok(request, {"request_log_writer": rt.log_writer.stats(), "registry_version": rt.gateway.registry.version,
+                        "state_backend": rt.state.name, "uptime_s": round(time.time() - rt.started_at, 1)})

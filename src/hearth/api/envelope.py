@@ -1,0 +1,16 @@
+"""Hearth's response envelope for non-OpenAI routes: ``{"success", "data", "error"}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+from starlette.responses import Response
+
+from hearth.api.deps import request_id
+
+
+def ok(request: Request, data: Any, status: int = 200) -> Response:
+    body = {"success": True, "data": data, "error": None, "request_id": request_id(request)}
+    return Response(orjson.dumps(body, default=str), status_code=status, media_type="application/json")

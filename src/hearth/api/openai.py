@@ -1,0 +1,114 @@
+"""The OpenAI-compatible face: ``/v1/chat/completions``, ``/v1/embeddings``, ``/v1/models``.
+
+Requests, responses, streams and errors follow OpenAI's formats exactly, so the official SDKs
+work unchanged. Bodies are parsed with orjson and checked by hand (not by a pydantic model) to
+keep the hot path cheap; the documentation models live in :mod:`hearth.api.openai_schemas`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from hearth.api.deps import authenticate_caller, read_json_object, request_id, runtime
+from hearth.api.event_stream import EventStreamResponse
+from hearth.api.openai_schemas import (
+    ERROR_RESPONSES,
+    ChatCompletion,
+    ChatCompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    ModelList,
+    request_body,
+)
+from hearth.errors import HearthError
+from hearth.gateway.call import CallContext
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def _invalid(message: str, param: str) -> HearthError:
+    return HearthError("invalid_request", message, param=param)
+
+
+def validate_chat(body: dict[str, Any]) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("`messages` must be a non-empty array.", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in _ROLES:
+            raise _invalid(f"messages[{i}] must be an object with a valid `role`.", f"messages[{i}].role")
+    for key in ("max_tokens", "max_completion_tokens"):
+        v = body.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise _invalid(f"`{key}` must be a positive integer.", key)
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise _invalid("`stream` must be a boolean.", "stream")
+    opts = body.get("stream_options")
+    if opts is not None and not stream:
+        raise _invalid("`stream_options` is only allowed when `stream` is true.", "stream_options")
+
+
+def _end_user(request: Request, body: dict[str, Any]) -> str | None:
+    user = request.headers.get("x-hearth-user") or body.get("user")
+    return user[:256] if isinstance(user, str) and user else None
+
+
+@router.post("/chat/completions", summary="Create a chat completion (stream or not)",
+             openapi_extra=request_body(ChatCompletionRequest),
+             responses={200: {"model": ChatCompletion, "content": {"text/event-stream": {}}}, **ERROR_RESPONSES})
+async def chat_completions(request: Request) -> Response:
+    caller = authenticate_caller(request)
+    body = await read_json_object(request)
+    validate_chat(body)
+    gw = runtime(request).gateway
+    ctx = CallContext(request_id=request_id(request), caller=caller.name, route="chat",
+                      end_user=_end_user(request, body))
+    if body.get("stream"):
+        relay = await gw.open_stream(ctx, body)
+        return EventStreamResponse(relay, {"x-hearth-endpoint": relay.endpoint_name})
+    reply = await gw.complete(ctx, body)
+    return Response(reply.body, media_type="application/json",
+                    headers={"x-hearth-endpoint": ctx.endpoint.name if ctx.endpoint else "",
+                             "x-hearth-attempts": str(ctx.attempts)})
+
+
+@router.post("/embeddings", summary="Create embeddings", openapi_extra=request_body(EmbeddingRequest),
+             responses={200: {"model": EmbeddingResponse}, **ERROR_RESPONSES})
+async def embeddings(request: Request) -> Response:
+    caller = authenticate_caller(request)
+    body = await read_json_object(request)
+    inputs = body.get("input")
+    if not isinstance(inputs, str | list) or not inputs:
+        raise _invalid("`input` must be a non-empty string or array.", "input")
+    ctx = CallContext(request_id=request_id(request), caller=caller.name, route="embeddings",
+                      end_user=_end_user(request, body))
+    reply = await runtime(request).gateway.embed(ctx, body)
+    return Response(reply.body, media_type="application/json")
+
+
+@router.get("/models", summary="List the models this caller can use",
+            responses={200: {"model": ModelList}, **ERROR_RESPONSES})
+async def list_models(request: Request) -> Response:
+    authenticate_caller(request)
+    registry = runtime(request).gateway.registry
+    data = [{"id": m.name, "object": "model", "created": registry.created_at, "owned_by": "hearth"}
+            for m in sorted(registry.models.values(), key=lambda m: m.name) if m.enabled]
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+@router.get("/models/{model_id:path}", summary="Retrieve one model", responses=ERROR_RESPONSES)
+async def get_model(model_id: str, request: Request) -> Response:
+    authenticate_caller(request)
+    registry = runtime(request).gateway.registry
+    m = registry.models.get(model_id)
+    if m is None or not m.enabled:
+        raise HearthError("model_not_found", f"The model `{model_id}` does not exist.", param="model")
+    return Response(orjson.dumps({"id": m.name, "object": "model", "created": registry.created_at,
+                                  "owned_by": "hearth"}), media_type="application/json")

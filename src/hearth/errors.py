@@ -1,0 +1,102 @@
+"""The error catalog: every error Hearth returns has a stable code listed here.
+
+A code decides the HTTP status, whether the caller may retry, and how the error looks on the
+OpenAI-compatible routes (``type`` in OpenAI's error object). Routers never invent status codes;
+they raise :class:`HearthError` with a code from :data:`CATALOG`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    status: int
+    retryable: bool
+    openai_type: str
+    message: str
+
+
+CATALOG: dict[str, ErrorSpec] = {
+    # caller mistakes
+    "invalid_request": ErrorSpec(400, False, "invalid_request_error", "The request is invalid."),
+    "invalid_json": ErrorSpec(400, False, "invalid_request_error", "The request body is not valid JSON."),
+    "request_too_large": ErrorSpec(413, False, "invalid_request_error", "The request body is too large."),
+    "unsupported_feature": ErrorSpec(400, False, "invalid_request_error", "The model cannot serve this request."),
+    "invalid_api_key": ErrorSpec(401, False, "authentication_error", "Incorrect or missing API key."),
+    "admin_token_required": ErrorSpec(401, False, "authentication_error", "A valid admin token is required."),
+    "forbidden": ErrorSpec(403, False, "permission_error", "Not allowed."),
+    "model_not_found": ErrorSpec(404, False, "invalid_request_error", "The model does not exist."),
+    "not_found": ErrorSpec(404, False, "invalid_request_error", "Not found."),
+    "conflict": ErrorSpec(409, False, "invalid_request_error", "Conflict."),
+    # capacity
+    "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
+    "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),
+    "no_healthy_endpoint": ErrorSpec(503, True, "api_error", "No healthy endpoint can serve the model now."),
+    # upstream
+    "upstream_rate_limited": ErrorSpec(429, True, "rate_limit_error", "The upstream provider is rate limiting."),
+    "upstream_error": ErrorSpec(502, True, "api_error", "The upstream provider failed."),
+    "upstream_timeout": ErrorSpec(504, True, "api_error", "The upstream provider did not answer in time."),
+    "upstream_stream_interrupted": ErrorSpec(502, True, "api_error", "The upstream stream ended unexpectedly."),
+    "upstream_auth_failed": ErrorSpec(502, True, "api_error", "The upstream provider rejected Hearth's credentials."),
+    # ours
+    "internal_error": ErrorSpec(500, True, "api_error", "Internal error."),
+}
+
+
+class HearthError(Exception):
+    """An error with a stable catalog code; safe to show to callers (never carries secrets)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        *,
+        details: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+        param: str | None = None,
+        status: int | None = None,
+    ) -> None:
+        spec = CATALOG[code]
+        self.code = code
+        self.spec = spec
+        self.message = message or spec.message
+        self.details = details or {}
+        self.retry_after = retry_after
+        self.param = param
+        self.status = status or spec.status
+        super().__init__(f"{code}: {self.message}")
+
+    def openai_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.spec.openai_type, "param": self.param,
+                          "code": self.code}}
+
+    def envelope(self, request_id: str | None) -> dict[str, Any]:
+        return {"success": False, "data": None,
+                "error": {"code": self.code, "message": self.message, "details": self.details,
+                          "request_id": request_id}}
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, int(self.retry_after + 0.999)))}
+
+
+class UpstreamHTTPError(Exception):
+    """An upstream answered with an error status; carries an OpenAI-shaped error body to relay."""
+
+    def __init__(self, status: int, body: dict[str, Any], retry_after: float | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+        super().__init__(f"upstream status {status}")
+
+
+class UpstreamNetworkError(Exception):
+    """Connection refused/reset, malformed response, or a timeout (``timeout=True``)."""
+
+    def __init__(self, message: str, *, timeout: bool = False) -> None:
+        self.timeout = timeout
+        super().__init__(message)

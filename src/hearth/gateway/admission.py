@@ -1,0 +1,79 @@
+"""Admission: take a concurrency lease (plus RPM/TPM) on one endpoint of the pool, atomically.
+
+Each candidate's endpoint scope and quota-group scope are acquired together in the state backend.
+If every candidate is full, the request waits for a release up to ``admission_wait_s`` (bounded by
+the call's deadline), then gets 429 ``capacity_exhausted``. A backend fault fails closed: 503.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hearth.errors import HearthError
+from hearth.gateway.health import HealthBook
+from hearth.registry.snapshot import Endpoint
+from hearth.state.base import Lease, Refusal, Scope, StateBackend, StateUnavailable
+
+
+def scopes_for(ep: Endpoint) -> tuple[Scope, ...]:
+    scopes = [Scope(f"ep:{ep.name}", ep.max_concurrency, ep.rpm, ep.tpm)]
+    g = ep.quota_group
+    if g is not None and (g.max_concurrency or g.rpm or g.tpm):
+        scopes.append(Scope(f"qg:{g.name}", g.max_concurrency, g.rpm, g.tpm))
+    return tuple(scopes)
+
+
+def cooldown_key(ep: Endpoint) -> str:
+    return f"ep:{ep.name}"
+
+
+@dataclass(slots=True)
+class Admitted:
+    endpoint: Endpoint
+    lease: Lease
+
+
+async def admit(state: StateBackend, health: HealthBook, candidates: Callable[[], list[Endpoint]],
+                tokens: int, deadline: float, wait_s: float, lease_ttl_s: float) -> Admitted:
+    """Lease one endpoint from ``candidates()`` (re-evaluated after each wait), in its order."""
+    give_up = min(deadline, time.monotonic() + wait_s)
+    while True:
+        now = time.time()
+        pool = candidates()
+        if not pool:
+            raise _nothing_routable(health, now)
+        refusals: list[Refusal] = []
+        for ep in pool:
+            try:
+                result = await state.acquire(uuid.uuid4().hex, scopes_for(ep), tokens, lease_ttl_s,
+                                             (cooldown_key(ep),))
+            except StateUnavailable as exc:
+                raise HearthError("state_backend_unavailable", retry_after=2) from exc
+            if result.lease is not None:
+                return Admitted(ep, result.lease)
+            assert result.refusal is not None
+            refusals.append(result.refusal)
+            if result.refusal.limit == "cooldown":
+                health.cool_down(ep.name, now + result.refusal.retry_after_s)
+        remaining = give_up - time.monotonic()
+        if remaining <= 0:
+            raise _capacity_error(refusals)
+        await state.wait_for_release(min(remaining, 0.25))
+
+
+def _capacity_error(refusals: list[Refusal]) -> HearthError:
+    if refusals and all(r.limit == "cooldown" for r in refusals):
+        wait = min(r.retry_after_s for r in refusals)
+        return HearthError("upstream_rate_limited", "Every endpoint of the model is cooling down after 429s.",
+                           retry_after=wait)
+    waits = [r.retry_after_s for r in refusals if r.retry_after_s > 0]
+    limits = sorted({r.limit for r in refusals})
+    return HearthError("capacity_exhausted", details={"limits": limits},
+                       retry_after=min(waits) if waits else 1.0)
+
+
+def _nothing_routable(health: HealthBook, now: float) -> HearthError:
+    return HearthError("no_healthy_endpoint", retry_after=5)

@@ -1,0 +1,114 @@
+"""Per-process endpoint health: circuit breakers, local cooldown cache, latency and error memory.
+
+Breakers are per process on purpose (like Envoy's outlier detection): each process judges the
+endpoints by what it sees, and a successful call needs no shared write. What *must* be shared —
+a 429 cooldown and a 401 disable — goes through the state backend and the registry instead.
+
+Breaker: ``closed`` → (``failure_threshold`` consecutive 5xx/network failures) → ``open`` for
+``open_s`` → ``half_open``: exactly one probe call is let through; success closes, failure reopens.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+FAILURE_THRESHOLD = 3
+OPEN_SECONDS = 30.0
+_EWMA = 0.2
+_ERROR_DECAY_S = 30.0
+
+
+@dataclass(slots=True)
+class EndpointHealth:
+    consecutive_failures: int = 0
+    open_until: float = 0.0
+    probe_in_flight: bool = False
+    cooldown_until: float = 0.0
+    in_flight: int = 0
+    latency_ms: float = 0.0
+    recent_errors: float = 0.0
+    errors_at: float = 0.0
+
+    def state(self, now: float) -> str:
+        if self.open_until == 0.0:
+            return "closed"
+        return "open" if now < self.open_until else "half_open"
+
+    def decayed_errors(self, now: float) -> float:
+        if self.recent_errors == 0.0:
+            return 0.0
+        age = now - self.errors_at
+        return self.recent_errors * max(0.0, 1.0 - age / _ERROR_DECAY_S)
+
+
+class HealthBook:
+    def __init__(self, failure_threshold: int = FAILURE_THRESHOLD, open_s: float = OPEN_SECONDS) -> None:
+        self._book: dict[str, EndpointHealth] = {}
+        self.failure_threshold = failure_threshold
+        self.open_s = open_s
+
+    def get(self, name: str) -> EndpointHealth:
+        h = self._book.get(name)
+        if h is None:
+            h = self._book[name] = EndpointHealth()
+        return h
+
+    def can_try(self, name: str, now: float) -> bool:
+        """Whether routing may choose this endpoint now (cooldown and breaker permitting)."""
+        h = self._book.get(name)
+        if h is None:
+            return True
+        if h.cooldown_until > now:
+            return False
+        state = h.state(now)
+        return state == "closed" or (state == "half_open" and not h.probe_in_flight)
+
+    def started(self, name: str, now: float) -> bool:
+        """Record an attempt; returns True if it is the half-open probe."""
+        h = self.get(name)
+        h.in_flight += 1
+        if h.state(now) == "half_open":
+            h.probe_in_flight = True
+            return True
+        return False
+
+    def finished(self, name: str) -> None:
+        h = self.get(name)
+        h.in_flight = max(0, h.in_flight - 1)
+
+    def succeeded(self, name: str, latency_ms: float) -> None:
+        h = self.get(name)
+        h.consecutive_failures = 0
+        h.open_until = 0.0
+        h.probe_in_flight = False
+        h.latency_ms = latency_ms if h.latency_ms == 0.0 else h.latency_ms + _EWMA * (latency_ms - h.latency_ms)
+
+    def failed(self, name: str, now: float) -> bool:
+        """Record a 5xx/network failure; returns True if this opened the circuit."""
+        h = self.get(name)
+        h.recent_errors = h.decayed_errors(now) + 1.0
+        h.errors_at = now
+        was_probe = h.probe_in_flight
+        h.probe_in_flight = False
+        h.consecutive_failures += 1
+        if was_probe or (h.open_until == 0.0 and h.consecutive_failures >= self.failure_threshold):
+            h.open_until = now + self.open_s
+            return True
+        return False
+
+    def released_probe(self, name: str) -> None:
+        """A probe that ended without a verdict (e.g. a 400) frees the half-open slot."""
+        self.get(name).probe_in_flight = False
+
+    def cool_down(self, name: str, until: float) -> None:
+        h = self.get(name)
+        h.cooldown_until = max(h.cooldown_until, until)
+        h.recent_errors = h.decayed_errors(time.time()) + 1.0
+        h.errors_at = time.time()
+
+    def snapshot(self, name: str, now: float) -> dict[str, object]:
+        h = self.get(name)
+        return {"circuit": h.state(now), "consecutive_failures": h.consecutive_failures,
+                "cooldown_s": round(max(0.0, h.cooldown_until - now), 3), "in_flight_local": h.in_flight,
+                "latency_ms_ewma": round(h.latency_ms, 2), "recent_errors": round(h.decayed_errors(now), 3)}

@@ -1,0 +1,82 @@
+"""Relaying an admitted upstream stream to the caller as SSE, and cleaning up exactly once.
+
+The caller-facing response (see :mod:`hearth.api.event_stream`) iterates :meth:`RelayStream.frames`
+and *always* awaits :meth:`RelayStream.close`, whether the stream finished, failed, or the client
+went away; ``close`` closes the upstream connection, releases the lease and writes the request log.
+After the first byte reached the client a stream is never retried: an upstream failure ends it
+with an explicit OpenAI-style error event instead of a silent, truncated 200.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import orjson
+
+from hearth.errors import UpstreamNetworkError
+from hearth.gateway.sse import encode_event
+from hearth.providers.base import UpstreamStream, Usage
+from hearth.registry.snapshot import Model
+
+if TYPE_CHECKING:
+    from hearth.gateway.admission import Admitted
+    from hearth.gateway.call import CallContext, Gateway
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+def error_frame(code: str, message: str) -> bytes:
+    body = {"error": {"message": message, "type": "api_error", "param": None, "code": code}}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+class RelayStream:
+    def __init__(self, gateway: Gateway, ctx: CallContext, model: Model, admitted: Admitted,
+                 upstream: UpstreamStream, prompt_estimate: int) -> None:
+        self._gw = gateway
+        self._ctx = ctx
+        self._model = model
+        self._adm = admitted
+        self._upstream = upstream
+        self._prompt_estimate = prompt_estimate
+        self._status = 499
+        self._error_code: str | None = "client_disconnected"
+        self._closed = False
+        gateway.health.succeeded(admitted.endpoint.name, ctx.ttft_ms or 0.0)
+
+    @property
+    def endpoint_name(self) -> str:
+        return self._adm.endpoint.name
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        try:
+            async for payload in self._upstream.events():
+                if b"\n" in payload or b"\r" in payload:
+                    yield encode_event(payload)
+                else:
+                    yield b"data: " + payload + b"\n\n"
+        except UpstreamNetworkError as exc:
+            self._status, self._error_code = 502, "upstream_stream_interrupted"
+            self._gw.health.failed(self._adm.endpoint.name, time.time())
+            yield error_frame("upstream_stream_interrupted", f"The upstream stream was interrupted: {exc}.")
+            return
+        self._status, self._error_code = 200, None
+        yield DONE_FRAME
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._upstream.aclose()
+        finally:
+            ep = self._adm.endpoint
+            self._gw.health.finished(ep.name)
+            usage = self._upstream.usage
+            estimated = usage is None
+            if usage is None:
+                usage = Usage(self._prompt_estimate, self._upstream.completion_estimate)
+            await self._gw.release(self._adm.lease, usage.prompt_tokens + usage.completion_tokens)
+            self._gw.record(self._ctx, self._status, self._error_code, usage, estimated)

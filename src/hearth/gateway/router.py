@@ -1,0 +1,51 @@
+"""Endpoint choice: which endpoints of a model's pool to try, in which order.
+
+Lower ``priority`` numbers are tried first. Within a priority tier the order is a weighted random
+draw without replacement, where an endpoint's chance is its configured weight scaled down by how
+loaded it is (in-flight versus max concurrency, seen by this process), by recent errors, and by
+latency relative to the tier. At low load the draw follows the configured weights exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from hearth.gateway.health import HealthBook
+from hearth.registry.snapshot import Endpoint
+
+
+def _score(ep: Endpoint, health: HealthBook, now: float, tier_latency: float) -> float:
+    h = health.get(ep.name)
+    load = h.in_flight / ep.max_concurrency if ep.max_concurrency else 0.0
+    score = ep.weight * max(0.05, 1.0 - load) / (1.0 + h.decayed_errors(now))
+    if tier_latency > 0 and h.latency_ms > 0:
+        score *= min(2.0, max(0.5, tier_latency / h.latency_ms))
+    return score
+
+
+def order_candidates(pool: Iterable[Endpoint], health: HealthBook, now: float, exclude: set[str],
+                     rng: random.Random = random._inst) -> list[Endpoint]:  # type: ignore[attr-defined]
+    tiers: dict[int, list[Endpoint]] = {}
+    for ep in pool:
+        if ep.enabled and ep.name not in exclude and health.can_try(ep.name, now):
+            tiers.setdefault(ep.priority, []).append(ep)
+    ordered: list[Endpoint] = []
+    for prio in sorted(tiers):
+        tier = tiers[prio]
+        if len(tier) == 1:
+            ordered.append(tier[0])
+            continue
+        latencies = sorted(health.get(e.name).latency_ms for e in tier if health.get(e.name).latency_ms > 0)
+        tier_latency = latencies[len(latencies) // 2] if latencies else 0.0
+        weights = [_score(e, health, now, tier_latency) for e in tier]
+        while tier:
+            pick = rng.random() * sum(weights)
+            idx = 0
+            for idx, w in enumerate(weights):  # noqa: B007
+                pick -= w
+                if pick <= 0:
+                    break
+            ordered.append(tier.pop(idx))
+            weights.pop(idx)
+    return ordered

@@ -1,0 +1,133 @@
+"""Request logs: one record per gateway call, persisted by a bounded asynchronous batch writer.
+
+The hot path only appends to an in-memory queue (no database write per request). A background
+task flushes batches every ``flush_s`` or when ``batch`` records are waiting. When the queue is full
+the record is dropped and counted (``dropped``), so overload degrades logging, never latency.
+This module owns the ``request_logs`` table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hearth.observability.logging import get_logger
+from hearth.store.tables import request_logs
+
+log = get_logger("hearth.request_log")
+
+
+@dataclass(slots=True)
+class RequestLogRecord:
+    request_id: str
+    created_at: datetime
+    caller: str | None
+    route: str
+    model: str | None
+    endpoint: str | None
+    upstream_model: str | None
+    stream: bool
+    status: int
+    error_code: str | None
+    attempts: int
+    prompt_tokens: int
+    completion_tokens: int
+    usage_estimated: bool
+    cost: float
+    latency_ms: float
+    ttft_ms: float | None
+    end_user: str | None
+
+
+class RequestLogWriter:
+    def __init__(self, engine: AsyncEngine, max_queue: int = 20_000, batch: int = 500, flush_s: float = 0.5) -> None:
+        self._engine = engine
+        self._queue: deque[RequestLogRecord] = deque()
+        self._max_queue = max_queue
+        self._batch = batch
+        self._flush_s = flush_s
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        self.dropped = 0
+        self.failed_batches = 0
+
+    def submit(self, record: RequestLogRecord) -> None:
+        if len(self._queue) >= self._max_queue:
+            self.dropped += 1
+            return
+        self._queue.append(record)
+        if len(self._queue) >= self._batch:
+            self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="request-log-writer")
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._flush_s)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        while self._queue:
+            n = min(len(self._queue), self._batch)
+            rows = [asdict(self._queue.popleft()) for _ in range(n)]
+            try:
+                async with self._engine.begin() as conn:
+                    await conn.execute(request_logs.insert(), rows)
+                self.written += n
+            except Exception as exc:  # the database may be briefly unavailable; count and go on
+                self.failed_batches += 1
+                self.dropped += n
+                log.error("request_log_batch_failed", rows=n, error=type(exc).__name__)
+                return
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush()
+
+    def stats(self) -> dict[str, int]:
+        return {"written": self.written, "dropped": self.dropped, "pending": len(self._queue),
+                "failed_batches": self.failed_batches}
+
+
+_FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id", "route", "end_user")
+
+
+async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since: datetime | None,
+                             until: datetime | None, limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
+    conds = [request_logs.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
+    if since is not None:
+        conds.append(request_logs.c.created_at >= since)
+    if until is not None:
+        conds.append(request_logs.c.created_at < until)
+    async with engine.connect() as conn:
+        total = (await conn.execute(select(func.count()).select_from(request_logs).where(*conds))).scalar_one()
+        rows = (await conn.execute(select(request_logs).where(*conds)
+                                   .order_by(request_logs.c.id.desc()).limit(limit).offset(offset))).mappings().all()
+    out = []
+    for r in rows:
+        d = dict(r)
+        created = d["created_at"]
+        if isinstance(created, datetime):
+            if created.tzinfo is None:
+                created = created.replace(tzinfo=UTC)
+            d["created_at"] = created.isoformat()
+        out.append(d)
+    return total, out

@@ -1,0 +1,174 @@
+"""Anthropic Messages upstreams, translated to and from OpenAI's chat format (streams included).
+
+The translation itself lives in :mod:`hearth.providers.anthropic_format` (pure functions); this
+module does the HTTP. A request Anthropic cannot express is refused with 400 before any call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
+from hearth.gateway.sse import SSEEventTooLarge, SSEParser
+from hearth.gateway.tokens import estimate_text
+from hearth.providers.anthropic_format import (
+    MessagesStreamTranslator,
+    TranslationError,
+    UpstreamStreamError,
+    anthropic_error_to_openai,
+    chat_to_messages_request,
+    messages_response_to_chat,
+)
+from hearth.providers.base import UpstreamReply, Usage
+from hearth.providers.openai_compat import parse_retry_after
+from hearth.registry.snapshot import Endpoint
+
+API_VERSION = "2023-06-01"
+
+
+class AnthropicStream:
+    def __init__(self, resp: aiohttp.ClientResponse, translator: MessagesStreamTranslator,
+                 max_event_bytes: int) -> None:
+        self._resp = resp
+        self._tr = translator
+        self._parser = SSEParser(max_event_bytes)
+        self._pending: list[bytes] = []
+        self._chars = 0
+        self._text: list[str] = []
+
+    @property
+    def usage(self) -> Usage | None:
+        prompt, completion = self._tr.usage
+        return Usage(prompt, completion) if (prompt or completion) else None
+
+    @property
+    def completion_estimate(self) -> int:
+        return estimate_text("".join(self._text))
+
+    async def _fill(self) -> bool:
+        while not self._pending:
+            if self._tr.finished:
+                return False
+            chunk = await self._resp.content.readany()
+            if not chunk:
+                raise UpstreamNetworkError("upstream stream ended before message_stop")
+            try:
+                events = self._parser.feed(chunk)
+                for ev in events:
+                    self._pending.extend(self._tr.feed(ev.event, ev.data))
+            except (SSEEventTooLarge, UpstreamStreamError) as exc:
+                raise UpstreamNetworkError(f"upstream stream failed: {exc}") from exc
+        return True
+
+    async def prime(self) -> None:
+        await self._fill()
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            while await self._fill():
+                batch, self._pending = self._pending, []
+                for payload in batch:
+                    if b'"content"' in payload:
+                        obj = orjson.loads(payload)
+                        for ch in obj.get("choices") or ():
+                            c = (ch.get("delta") or {}).get("content")
+                            if isinstance(c, str):
+                                self._text.append(c)
+                    yield payload
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}",
+                                       timeout=isinstance(exc, asyncio.TimeoutError)) from exc
+
+    async def aclose(self) -> None:
+        self._resp.close()
+
+
+class AnthropicProvider:
+    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20) -> None:
+        self._session = session
+        self._max_event_bytes = max_event_bytes
+
+    @staticmethod
+    def _headers(ep: Endpoint, stream: bool) -> dict[str, str]:
+        h = {"Content-Type": "application/json", "anthropic-version": API_VERSION,
+             "Accept": "text/event-stream" if stream else "application/json"}
+        if ep.api_key:
+            h["x-api-key"] = ep.api_key
+        return h
+
+    @staticmethod
+    def _translate(ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return chat_to_messages_request(body, ep.upstream_model)
+        except TranslationError as exc:
+            raise HearthError("unsupported_feature", str(exc)) from exc
+
+    async def _post(self, ep: Endpoint, payload: dict[str, Any], stream: bool,
+                    timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+        try:
+            resp = await self._session.post(ep.base_url + "/messages", data=orjson.dumps(payload),
+                                            headers=self._headers(ep, stream), timeout=timeout)
+        except asyncio.TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
+        if resp.status >= 400:
+            try:
+                raw = await resp.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                raw = b""
+            finally:
+                resp.release()
+            raise UpstreamHTTPError(resp.status, anthropic_error_to_openai(resp.status, raw),
+                                    parse_retry_after(resp.headers.get("Retry-After")))
+        return resp
+
+    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        payload = {**self._translate(ep, body), "stream": False}
+        resp = await self._post(ep, payload, False, aiohttp.ClientTimeout(total=timeout_s))
+        try:
+            raw = await resp.read()
+        except asyncio.TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc
+        finally:
+            resp.release()
+        try:
+            data = orjson.loads(raw)
+            chat = messages_response_to_chat(data, ep.upstream_model)
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise UpstreamNetworkError("upstream sent a malformed response") from exc
+        u = chat.get("usage") or {}
+        usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))) if u else None
+        return UpstreamReply(orjson.dumps(chat), usage)
+
+    async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
+                          idle_timeout_s: float) -> AnthropicStream:
+        opts = body.get("stream_options")
+        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        payload = {**self._translate(ep, body), "stream": True}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=first_byte_timeout_s, sock_read=idle_timeout_s)
+        try:
+            async with asyncio.timeout(first_byte_timeout_s):
+                resp = await self._post(ep, payload, True, timeout)
+                stream = AnthropicStream(resp, MessagesStreamTranslator(ep.upstream_model, include_usage),
+                                         self._max_event_bytes)
+                try:
+                    await stream.prime()
+                except BaseException:
+                    resp.close()
+                    raise
+        except TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out before the first event", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+        return stream
+
+    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        raise HearthError("unsupported_feature", "Anthropic endpoints do not serve embeddings.")

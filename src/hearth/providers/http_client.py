@@ -1,0 +1,15 @@
+"""The one shared aiohttp session for upstream calls (connection pooling, keep-alive, no limit).
+
+Concurrency is limited by admission, not by the connection pool, so the pool is unbounded.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+
+def create_session() -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30,
+                                     enable_cleanup_closed=True)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",),
+                                 headers={"User-Agent": "hearth"})

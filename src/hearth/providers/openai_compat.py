@@ -1,0 +1,213 @@
+"""OpenAI-compatible upstreams: OpenAI, DeepSeek, Qwen compatible mode, vLLM, Ollama's ``/v1``.
+
+The request body is forwarded with the public model name replaced by the endpoint's upstream
+model. Responses are relayed byte for byte; they are parsed only to read usage (and, in streams,
+to check each event is JSON), so callers see exactly what the upstream sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+
+from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
+from hearth.gateway.sse import SSEEventTooLarge, SSEParser
+from hearth.gateway.tokens import estimate_text
+from hearth.providers.base import UpstreamReply, Usage
+from hearth.registry.snapshot import Endpoint
+
+_DONE = b"[DONE]"
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def upstream_error_body(status: int, raw: bytes) -> dict[str, Any]:
+    """The upstream's OpenAI error object if it sent one, else a generic one (raw body not echoed)."""
+    try:
+        data = orjson.loads(raw)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            err = data["error"]
+            return {"error": {"message": str(err.get("message", "upstream error"))[:2000],
+                              "type": err.get("type") or "api_error", "param": err.get("param"),
+                              "code": err.get("code")}}
+    except orjson.JSONDecodeError:
+        pass
+    return {"error": {"message": f"upstream returned status {status}", "type": "api_error", "param": None,
+                      "code": f"upstream_{status}"}}
+
+
+def _usage_of(obj: Any) -> Usage | None:
+    u = obj.get("usage") if isinstance(obj, dict) else None
+    if isinstance(u, dict) and isinstance(u.get("prompt_tokens"), int):
+        return Usage(u["prompt_tokens"], int(u.get("completion_tokens") or 0))
+    return None
+
+
+class OpenAIStream:
+    """Relays an upstream SSE stream event by event (see :class:`~hearth.providers.base.UpstreamStream`)."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, max_event_bytes: int, drop_usage_chunk: bool) -> None:
+        self._resp = resp
+        self._parser = SSEParser(max_event_bytes)
+        self._pending: list[bytes] = []
+        self._drop_usage_chunk = drop_usage_chunk
+        self._done = False
+        self.usage: Usage | None = None
+        self._text: list[str] = []
+
+    @property
+    def completion_estimate(self) -> int:
+        return estimate_text("".join(self._text))
+
+    def _accept(self, data: bytes) -> bytes | None:
+        """Validate one event; returns the payload to relay or None to drop it."""
+        if data == _DONE:
+            self._done = True
+            return None
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamNetworkError("upstream sent a malformed stream event") from exc
+        if not isinstance(obj, dict):
+            raise UpstreamNetworkError("upstream sent a malformed stream event")
+        if "error" in obj and "choices" not in obj:
+            raise UpstreamNetworkError("upstream reported an error mid-stream")
+        choices = obj.get("choices")
+        if choices:
+            delta = choices[0].get("delta") if isinstance(choices[0], dict) else None
+            if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+                self._text.append(delta["content"])
+        usage = _usage_of(obj)
+        if usage is not None:
+            self.usage = usage
+            if self._drop_usage_chunk and not choices:
+                return None
+        return data
+
+    async def _fill(self) -> bool:
+        """Read until at least one relayable event is pending; False at a clean end of stream."""
+        while not self._pending:
+            if self._done:
+                return False
+            chunk = await self._resp.content.readany()
+            if not chunk:
+                self._parser.flush()
+                raise UpstreamNetworkError("upstream stream ended before [DONE]")
+            try:
+                events = self._parser.feed(chunk)
+            except SSEEventTooLarge as exc:
+                raise UpstreamNetworkError("upstream sent an oversized stream event") from exc
+            for ev in events:
+                payload = self._accept(ev.data)
+                if payload is not None:
+                    self._pending.append(payload)
+        return True
+
+    async def prime(self) -> None:
+        await self._fill()
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            while await self._fill():
+                batch, self._pending = self._pending, []
+                for payload in batch:
+                    yield payload
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}",
+                                       timeout=isinstance(exc, asyncio.TimeoutError)) from exc
+
+    async def aclose(self) -> None:
+        self._resp.close()
+
+
+class OpenAICompatProvider:
+    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20) -> None:
+        self._session = session
+        self._max_event_bytes = max_event_bytes
+
+    @staticmethod
+    def _headers(ep: Endpoint) -> dict[str, str]:
+        h = {"Content-Type": "application/json", "Accept": "application/json"}
+        if ep.api_key:
+            h["Authorization"] = f"Bearer {ep.api_key}"
+        return h
+
+    async def _post(self, url: str, ep: Endpoint, payload: bytes, timeout: aiohttp.ClientTimeout,
+                    headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+        try:
+            resp = await self._session.post(url, data=payload, headers=headers or self._headers(ep),
+                                            timeout=timeout)
+        except asyncio.TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
+        if resp.status >= 400:
+            try:
+                raw = await resp.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                raw = b""
+            finally:
+                resp.release()
+            raise UpstreamHTTPError(resp.status, upstream_error_body(resp.status, raw),
+                                    parse_retry_after(resp.headers.get("Retry-After")))
+        return resp
+
+    async def _json_call(self, path: str, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        payload = orjson.dumps({**body, "model": ep.upstream_model})
+        resp = await self._post(ep.base_url + path, ep, payload, aiohttp.ClientTimeout(total=timeout_s))
+        try:
+            raw = await resp.read()
+        except asyncio.TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc
+        finally:
+            resp.release()
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamNetworkError("upstream sent a malformed response") from exc
+        if not isinstance(obj, dict):
+            raise UpstreamNetworkError("upstream sent a malformed response")
+        return UpstreamReply(body=raw, usage=_usage_of(obj))
+
+    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        return await self._json_call("/chat/completions", ep, body, timeout_s)
+
+    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        return await self._json_call("/embeddings", ep, body, timeout_s)
+
+    async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
+                          idle_timeout_s: float) -> OpenAIStream:
+        opts = body.get("stream_options")
+        wants_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        upstream_body = {**body, "model": ep.upstream_model,
+                         "stream_options": {**(opts if isinstance(opts, dict) else {}), "include_usage": True}}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=first_byte_timeout_s, sock_read=idle_timeout_s)
+        headers = {**self._headers(ep), "Accept": "text/event-stream"}
+        try:
+            async with asyncio.timeout(first_byte_timeout_s):
+                resp = await self._post(ep.base_url + "/chat/completions", ep, orjson.dumps(upstream_body),
+                                        timeout, headers)
+                stream = OpenAIStream(resp, self._max_event_bytes, drop_usage_chunk=not wants_usage)
+                try:
+                    await stream.prime()
+                except BaseException:
+                    resp.close()
+                    raise
+        except TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out before the first event", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+        return stream

@@ -1,0 +1,133 @@
+"""The built-in ``simulated`` provider: answers locally, with no network, for demos and smoke tests.
+
+Its replies say plainly that they are simulated, so nobody mistakes the demo for a real model.
+Output is deterministic: the same request always gets the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from hearth.gateway.tokens import estimate_messages, estimate_text, requested_max_tokens
+from hearth.providers.base import UpstreamReply, Usage
+from hearth.registry.snapshot import Endpoint
+
+FINGERPRINT = "hearth-simulated"
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for m in reversed(body.get("messages") or []):
+        if isinstance(m, dict) and m.get("role") == "user":
+            c = m.get("content")
+            if isinstance(c, str):
+                return c
+            if isinstance(c, list):
+                return " ".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
+    return ""
+
+
+def reply_text(body: dict[str, Any]) -> str:
+    said = " ".join(_last_user_text(body).split())
+    if len(said) > 160:
+        said = said[:157] + "..."
+    text = f"[simulated] Hearth's built-in simulated model received: \u201c{said}\u201d. No real model was called."
+    limit = requested_max_tokens(body)
+    if limit is not None:
+        words = text.split(" ")
+        while len(words) > 1 and estimate_text(" ".join(words)) > limit:
+            words.pop()
+        text = " ".join(words)
+    return text
+
+
+class SimulatedStream:
+    def __init__(self, body: dict[str, Any], model: str, text: str, include_usage: bool) -> None:
+        self._body = body
+        self._model = model
+        self._text = text
+        self._include_usage = include_usage
+        self.usage: Usage | None = None
+        self.completion_estimate = estimate_text(text)
+
+    async def events(self) -> AsyncIterator[bytes]:
+        cid = f"chatcmpl-sim{uuid.uuid4().hex[:20]}"
+        created = int(time.time())
+        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self._model,
+                "system_fingerprint": FINGERPRINT}
+        yield orjson.dumps({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                 "logprobs": None, "finish_reason": None}]})
+        words = self._text.split(" ")
+        for i, word in enumerate(words):
+            piece = word if i == 0 else " " + word
+            yield orjson.dumps({**base, "choices": [{"index": 0, "delta": {"content": piece},
+                                                     "logprobs": None, "finish_reason": None}]})
+            await asyncio.sleep(0)
+        yield orjson.dumps({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                                 "finish_reason": "stop"}]})
+        usage = Usage(estimate_messages(self._body.get("messages")), self.completion_estimate)
+        self.usage = usage
+        if self._include_usage:
+            yield orjson.dumps({**base, "choices": [], "usage": _usage_dict(usage)})
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _usage_dict(u: Usage) -> dict[str, int]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.prompt_tokens + u.completion_tokens}
+
+
+class SimulatedProvider:
+    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        text = reply_text(body)
+        usage = Usage(estimate_messages(body.get("messages")), estimate_text(text))
+        reply = {
+            "id": f"chatcmpl-sim{uuid.uuid4().hex[:20]}", "object": "chat.completion", "created": int(time.time()),
+            "model": ep.upstream_model, "system_fingerprint": FINGERPRINT,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                         "logprobs": None, "finish_reason": "stop"}],
+            "usage": _usage_dict(usage),
+        }
+        return UpstreamReply(orjson.dumps(reply), usage)
+
+    async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
+                          idle_timeout_s: float) -> SimulatedStream:
+        opts = body.get("stream_options")
+        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        return SimulatedStream(body, ep.upstream_model, reply_text(body), include_usage)
+
+    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        inputs = body.get("input")
+        items = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        dims = int(body.get("dimensions") or 64)
+        data = []
+        tokens = 0
+        for i, item in enumerate(items):
+            text = item if isinstance(item, str) else orjson.dumps(item).decode()
+            tokens += estimate_text(text)
+            data.append({"object": "embedding", "index": i, "embedding": _vector(text, dims)})
+        usage = Usage(tokens, 0)
+        reply = {"object": "list", "data": data, "model": ep.upstream_model,
+                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return UpstreamReply(orjson.dumps(reply), usage)
+
+
+def _vector(text: str, dims: int) -> list[float]:
+    out: list[float] = []
+    counter = 0
+    while len(out) < dims:
+        digest = hashlib.sha256(f"{counter}:{text}".encode()).digest()
+        out.extend((v / 2**31) - 1.0 for v in struct.unpack("<8I", digest))
+        counter += 1
+    vec = out[:dims]
+    norm = sum(v * v for v in vec) ** 0.5 or 1.0
+    return [v / norm for v in vec]

@@ -1,0 +1,112 @@
+"""The declarative registry: what the YAML file (and the admin API) may say about providers,
+quota groups, endpoints, public models, prices and callers.
+
+Validation happens here, before anything touches the database, so a bad file is refused whole.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ProviderKind = Literal["openai", "anthropic", "simulated"]
+Capability = Literal["chat", "streaming", "tools", "json", "vision", "embeddings"]
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProviderSpec(_Strict):
+    name: str = Field(pattern=_NAME)
+    kind: ProviderKind
+    base_url: str | None = None
+    enabled: bool = True
+
+
+class QuotaGroupSpec(_Strict):
+    """Limits of a provider account shared by several endpoints' keys (0 = unlimited)."""
+
+    name: str = Field(pattern=_NAME)
+    max_concurrency: int = Field(default=0, ge=0)
+    rpm: int = Field(default=0, ge=0)
+    tpm: int = Field(default=0, ge=0)
+    daily_tokens: int = Field(default=0, ge=0)
+
+
+class EndpointSpec(_Strict):
+    """One (base_url, key, upstream model). ``api_key`` omitted → the stored key is kept."""
+
+    name: str = Field(pattern=_NAME)
+    provider: str
+    upstream_model: str = Field(min_length=1, max_length=256)
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    key_version: int = Field(default=1, ge=1)
+    quota_group: str | None = None
+    max_concurrency: int = Field(default=0, ge=0)
+    rpm: int = Field(default=0, ge=0)
+    tpm: int = Field(default=0, ge=0)
+    weight: float = Field(default=1.0, gt=0)
+    priority: int = 0
+    timeout_s: float = Field(default=60.0, gt=0)
+    capabilities: list[Capability] = Field(default_factory=lambda: ["chat", "streaming"])
+    enabled: bool = True
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return v.rstrip("/") if v else v
+
+
+class ModelSpec(_Strict):
+    """A public model name and the pool of endpoints that can serve it."""
+
+    name: str = Field(pattern=_NAME)
+    endpoints: list[str] = Field(min_length=1)
+    kind: Literal["chat", "embedding"] = "chat"
+    description: str | None = None
+    enabled: bool = True
+
+
+class PriceSpec(_Strict):
+    """Price per 1M tokens, looked up by endpoint name, then upstream model, then public model."""
+
+    model: str = Field(min_length=1, max_length=256)
+    input_per_1m: float = Field(ge=0)
+    output_per_1m: float = Field(ge=0)
+    currency: str = "USD"
+
+
+class CallerSpec(_Strict):
+    name: str = Field(pattern=_NAME)
+    key: str | None = Field(default=None, min_length=8, repr=False)
+    enabled: bool = True
+
+
+class RegistrySpec(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    providers: list[ProviderSpec] = Field(default_factory=list)
+    quota_groups: list[QuotaGroupSpec] = Field(default_factory=list)
+    endpoints: list[EndpointSpec] = Field(default_factory=list)
+    models: list[ModelSpec] = Field(default_factory=list)
+    prices: list[PriceSpec] = Field(default_factory=list)
+    callers: list[CallerSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> RegistrySpec:
+        """Names must be unique and references must point inside the file or be checked later."""
+        for label, items in (("provider", self.providers), ("quota group", self.quota_groups),
+                             ("endpoint", self.endpoints), ("model", self.models),
+                             ("caller", self.callers)):
+            seen: set[str] = set()
+            for item in items:
+                if item.name in seen:
+                    raise ValueError(f"duplicate {label} name {item.name!r}")
+                seen.add(item.name)
+        return self

@@ -1,0 +1,79 @@
+"""Provider API keys at rest: AES-GCM under the master key, and the masked form shown to people.
+
+The master key comes from ``HEARTH_MASTER_KEY`` (32 bytes, base64 or hex). For a zero-setup
+development start, :func:`load_master_key` creates ``var/master.key`` (mode 0600) when no env key
+is given and says so in the log; production deployments set the env variable.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from hearth.observability.logging import get_logger, mask_secret
+
+_VERSION = b"v1"
+
+
+class KeyVaultError(Exception):
+    pass
+
+
+def parse_master_key(text: str) -> bytes:
+    raw = text.strip()
+    for decode in (bytes.fromhex, base64.b64decode, base64.urlsafe_b64decode):
+        try:
+            key = decode(raw)
+        except (ValueError, binascii.Error):
+            continue
+        if len(key) == 32:
+            return key
+    raise KeyVaultError("HEARTH_MASTER_KEY must be 32 bytes encoded as hex or base64")
+
+
+def load_master_key(env_value: str | None, key_file: Path) -> bytes:
+    if env_value:
+        return parse_master_key(env_value)
+    if key_file.exists():
+        return parse_master_key(key_file.read_text())
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key = AESGCM.generate_key(bit_length=256)
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.hex())
+    get_logger("hearth.key_vault").warning(
+        "master_key_generated", path=str(key_file),
+        hint="development only: set HEARTH_MASTER_KEY in production")
+    return key
+
+
+class KeyVault:
+    """Encrypts provider keys; the associated data binds a ciphertext to its endpoint name."""
+
+    def __init__(self, master_key: bytes) -> None:
+        self._aead = AESGCM(master_key)
+
+    def encrypt(self, plaintext: str, context: str) -> str:
+        nonce = os.urandom(12)
+        sealed = self._aead.encrypt(nonce, plaintext.encode(), context.encode())
+        return (_VERSION + b":" + base64.b64encode(nonce + sealed)).decode()
+
+    def decrypt(self, token: str, context: str) -> str:
+        version, _, payload = token.encode().partition(b":")
+        if version != _VERSION:
+            raise KeyVaultError("unknown key ciphertext version")
+        blob = base64.b64decode(payload)
+        try:
+            return self._aead.decrypt(blob[:12], blob[12:], context.encode()).decode()
+        except InvalidTag as exc:
+            raise KeyVaultError(
+                f"cannot decrypt the key of {context!r}: wrong HEARTH_MASTER_KEY or tampered data") from exc
+
+
+def mask_key(key: str | None) -> str | None:
+    return None if not key else mask_secret(key)

@@ -1,0 +1,84 @@
+"""The in-memory registry snapshot the hot path reads: no database access per request.
+
+A snapshot is immutable once built; a change (admin API, ``hearth apply``, an endpoint disabled
+after a 401) builds a new one and swaps it in. Decrypted provider keys live only here, in memory,
+and are excluded from ``repr`` so they cannot leak through a log or a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, frozen=True)
+class QuotaGroup:
+    name: str
+    max_concurrency: int = 0
+    rpm: int = 0
+    tpm: int = 0
+    daily_tokens: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Endpoint:
+    name: str
+    provider: str
+    kind: str
+    base_url: str
+    upstream_model: str
+    api_key: str | None = field(default=None, repr=False)
+    api_key_hint: str | None = None
+    key_version: int = 1
+    quota_group: QuotaGroup | None = None
+    max_concurrency: int = 0
+    rpm: int = 0
+    tpm: int = 0
+    weight: float = 1.0
+    priority: int = 0
+    timeout_s: float = 60.0
+    capabilities: frozenset[str] = frozenset({"chat", "streaming"})
+    enabled: bool = True
+    disabled_reason: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Model:
+    name: str
+    kind: str
+    endpoints: tuple[Endpoint, ...]
+    description: str | None = None
+    enabled: bool = True
+
+
+@dataclass(slots=True, frozen=True)
+class Price:
+    model: str
+    input_per_1m: float
+    output_per_1m: float
+    currency: str = "USD"
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_1m + completion_tokens * self.output_per_1m) / 1_000_000
+
+
+@dataclass(slots=True, frozen=True)
+class Caller:
+    name: str
+    enabled: bool = True
+
+
+@dataclass(slots=True)
+class Registry:
+    version: int = 0
+    endpoints: dict[str, Endpoint] = field(default_factory=dict)
+    models: dict[str, Model] = field(default_factory=dict)
+    prices: dict[str, Price] = field(default_factory=dict)
+    callers_by_key_hash: dict[str, Caller] = field(default_factory=dict)
+    created_at: int = 0
+
+    def price_for(self, endpoint: Endpoint, public_model: str) -> Price | None:
+        p = self.prices
+        return p.get(endpoint.name) or p.get(endpoint.upstream_model) or p.get(public_model)
+
+    def healthy_endpoint_count(self) -> int:
+        return sum(1 for e in self.endpoints.values() if e.enabled)

@@ -1,0 +1,203 @@
+"""Registry persistence: idempotent apply of a :class:`RegistrySpec` and loading of snapshots.
+
+``apply_registry`` runs in one transaction: a spec with a dangling reference is refused whole and
+leaves the database as it was. Rows whose values did not change are not written, so applying the
+same file twice reports everything ``unchanged`` and does not bump the registry version.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Table, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from hearth.auth.callers import load_callers, upsert_caller
+from hearth.errors import HearthError
+from hearth.registry.config import RegistrySpec
+from hearth.registry.key_vault import KeyVault, mask_key
+from hearth.registry.snapshot import Endpoint, Model, Price, QuotaGroup, Registry
+from hearth.store.tables import endpoints, meta, model_pool_members, models, prices, providers, quota_groups
+
+_DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1",
+                      "simulated": "simulated://local"}
+
+
+@dataclass
+class ApplyReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"created": self.created, "updated": self.updated, "unchanged": self.unchanged}
+
+
+async def _upsert(conn: AsyncConnection, table: Table, key: dict[str, Any], values: dict[str, Any],
+                  label: str, report: ApplyReport) -> None:
+    cond = [table.c[k] == v for k, v in key.items()]
+    row = (await conn.execute(select(table).where(*cond))).mappings().first()
+    now = datetime.now(UTC)
+    has_updated_at = "updated_at" in table.c
+    if row is None:
+        extra = {"updated_at": now} if has_updated_at else {}
+        await conn.execute(table.insert().values(**key, **values, **extra))
+        report.created.append(label)
+        return
+    diff = {k: v for k, v in values.items() if row[k] != v}
+    if not diff:
+        report.unchanged += 1
+        return
+    if has_updated_at:
+        diff["updated_at"] = now
+    await conn.execute(table.update().where(*cond).values(**diff))
+    report.updated.append(label)
+
+
+async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) -> ApplyReport:
+    report = ApplyReport()
+    async with engine.begin() as conn:
+        for p in spec.providers:
+            await _upsert(conn, providers, {"name": p.name},
+                          {"kind": p.kind, "base_url": p.base_url, "enabled": p.enabled},
+                          f"provider:{p.name}", report)
+        for q in spec.quota_groups:
+            await _upsert(conn, quota_groups, {"name": q.name},
+                          q.model_dump(exclude={"name"}), f"quota_group:{q.name}", report)
+        for e in spec.endpoints:
+            await _check_exists(conn, providers, e.provider, "provider", e.name)
+            if e.quota_group:
+                await _check_exists(conn, quota_groups, e.quota_group, "quota group", e.name)
+            values = e.model_dump(exclude={"name", "api_key"})
+            values["capabilities"] = sorted(values["capabilities"])
+            values["disabled_reason"] = None if e.enabled else "disabled in config"
+            if e.api_key is not None:
+                stored = (await conn.execute(select(endpoints.c.api_key_enc).where(
+                    endpoints.c.name == e.name))).scalar()
+                if stored is None or vault.decrypt(stored, e.name) != e.api_key:
+                    values["api_key_enc"] = vault.encrypt(e.api_key, e.name)
+                    values["api_key_hint"] = mask_key(e.api_key)
+            await _upsert(conn, endpoints, {"name": e.name}, values, f"endpoint:{e.name}", report)
+        for m in spec.models:
+            for ep in m.endpoints:
+                await _check_exists(conn, endpoints, ep, "endpoint", m.name)
+            await _upsert(conn, models, {"name": m.name},
+                          {"description": m.description, "kind": m.kind, "enabled": m.enabled},
+                          f"model:{m.name}", report)
+            current = set((await conn.execute(select(model_pool_members.c.endpoint).where(
+                model_pool_members.c.model == m.name))).scalars())
+            wanted = set(m.endpoints)
+            if current != wanted:
+                await conn.execute(model_pool_members.delete().where(model_pool_members.c.model == m.name))
+                await conn.execute(model_pool_members.insert(),
+                                   [{"model": m.name, "endpoint": ep} for ep in m.endpoints])
+                if f"model:{m.name}" not in report.created + report.updated:
+                    report.updated.append(f"model:{m.name}")
+        for pr in spec.prices:
+            await _upsert(conn, prices, {"model": pr.model}, pr.model_dump(exclude={"model"}),
+                          f"price:{pr.model}", report)
+        for c in spec.callers:
+            try:
+                changed = await upsert_caller(conn, c.name, c.key, c.enabled)
+            except ValueError as exc:
+                raise HearthError("invalid_request", str(exc)) from exc
+            if changed:
+                report.updated.append(f"caller:{c.name}")
+            else:
+                report.unchanged += 1
+        if report.changed:
+            await bump_version(conn)
+    return report
+
+
+async def _check_exists(conn: AsyncConnection, table: Table, name: str, label: str, owner: str) -> None:
+    found = (await conn.execute(select(table.c.name).where(table.c.name == name))).first()
+    if found is None:
+        raise HearthError("invalid_request", f"{owner!r} refers to unknown {label} {name!r}",
+                          details={"unknown": label, "name": name})
+
+
+async def bump_version(conn: AsyncConnection) -> None:
+    current = await read_version(conn)
+    if current == 0:
+        await conn.execute(meta.insert().values(key="registry_version", value="1"))
+    else:
+        await conn.execute(meta.update().where(meta.c.key == "registry_version").values(value=str(current + 1)))
+
+
+async def read_version(conn: AsyncConnection) -> int:
+    value = (await conn.execute(select(meta.c.value).where(meta.c.key == "registry_version"))).scalar()
+    return int(value) if value else 0
+
+
+async def current_version(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return await read_version(conn)
+
+
+async def load_registry(engine: AsyncEngine, vault: KeyVault) -> Registry:
+    async with engine.connect() as conn:
+        version = await read_version(conn)
+        prov = {r["name"]: r for r in (await conn.execute(select(providers))).mappings()}
+        groups = {r["name"]: QuotaGroup(name=r["name"], max_concurrency=r["max_concurrency"], rpm=r["rpm"],
+                                        tpm=r["tpm"], daily_tokens=r["daily_tokens"])
+                  for r in (await conn.execute(select(quota_groups))).mappings()}
+        eps: dict[str, Endpoint] = {}
+        for r in (await conn.execute(select(endpoints))).mappings():
+            p = prov[r["provider"]]
+            eps[r["name"]] = Endpoint(
+                name=r["name"], provider=r["provider"], kind=p["kind"],
+                base_url=(r["base_url"] or p["base_url"] or _DEFAULT_BASE_URLS[p["kind"]]).rstrip("/"),
+                upstream_model=r["upstream_model"],
+                api_key=vault.decrypt(r["api_key_enc"], r["name"]) if r["api_key_enc"] else None,
+                api_key_hint=r["api_key_hint"], key_version=r["key_version"],
+                quota_group=groups.get(r["quota_group"]) if r["quota_group"] else None,
+                max_concurrency=r["max_concurrency"], rpm=r["rpm"], tpm=r["tpm"], weight=r["weight"],
+                priority=r["priority"], timeout_s=r["timeout_s"], capabilities=frozenset(r["capabilities"]),
+                enabled=bool(r["enabled"] and p["enabled"]),
+                disabled_reason=r["disabled_reason"] or (None if p["enabled"] else "provider disabled"))
+        pools: dict[str, list[Endpoint]] = {}
+        for r in (await conn.execute(select(model_pool_members).order_by(
+                model_pool_members.c.model, model_pool_members.c.endpoint))).mappings():
+            pools.setdefault(r["model"], []).append(eps[r["endpoint"]])
+        mods = {r["name"]: Model(name=r["name"], kind=r["kind"], endpoints=tuple(pools.get(r["name"], [])),
+                                 description=r["description"], enabled=r["enabled"])
+                for r in (await conn.execute(select(models))).mappings()}
+        prs = {r["model"]: Price(model=r["model"], input_per_1m=r["input_per_1m"],
+                                 output_per_1m=r["output_per_1m"], currency=r["currency"])
+               for r in (await conn.execute(select(prices))).mappings()}
+        callers = await load_callers(conn)
+    return Registry(version=version, endpoints=eps, models=mods, prices=prs, callers_by_key_hash=callers,
+                    created_at=int(time.time()))
+
+
+async def set_endpoint_enabled(engine: AsyncEngine, name: str, enabled: bool, reason: str | None) -> bool:
+    """Enable or disable one endpoint; returns False if no such endpoint."""
+    async with engine.begin() as conn:
+        result = await conn.execute(endpoints.update().where(endpoints.c.name == name).values(
+            enabled=enabled, disabled_reason=None if enabled else reason, updated_at=datetime.now(UTC)))
+        if result.rowcount == 0:
+            return False
+        await bump_version(conn)
+    return True
+
+
+async def list_rows(engine: AsyncEngine, table_name: str) -> list[dict[str, Any]]:
+    table = {"providers": providers, "quota_groups": quota_groups, "endpoints": endpoints,
+             "models": models, "prices": prices}[table_name]
+    async with engine.connect() as conn:
+        rows = [dict(r) for r in (await conn.execute(select(table))).mappings()]
+        if table_name == "models":
+            members = (await conn.execute(select(model_pool_members))).mappings().all()
+            for row in rows:
+                row["endpoints"] = sorted(m["endpoint"] for m in members if m["model"] == row["name"])
+    for row in rows:
+        row.pop("api_key_enc", None)
+    return rows

@@ -1,0 +1,111 @@
+"""The process's long-lived parts, built at start and torn down at stop, in dependency order.
+
+``Runtime`` is what routers reach through ``request.app.state.runtime``: the database engine,
+the registry snapshot (inside the gateway), the state backend, the request-log writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hearth.gateway.call import Gateway
+from hearth.observability.logging import get_logger
+from hearth.observability.request_log import RequestLogWriter
+from hearth.providers.anthropic import AnthropicProvider
+from hearth.providers.base import Provider
+from hearth.providers.http_client import create_session
+from hearth.providers.openai_compat import OpenAICompatProvider
+from hearth.providers.simulated import SimulatedProvider
+from hearth.registry.config import RegistrySpec
+from hearth.registry.key_vault import KeyVault, load_master_key
+from hearth.registry.snapshot import Endpoint
+from hearth.registry.store import apply_registry, current_version, load_registry, set_endpoint_enabled
+from hearth.settings import Settings, read_config_file
+from hearth.state.base import StateBackend
+from hearth.state.factory import MemoryStateClaim, create_state, refuse_memory_with_workers
+from hearth.store.db import create_engine, migrate
+
+log = get_logger("hearth.runtime")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    engine: AsyncEngine
+    vault: KeyVault
+    state: StateBackend
+    session: aiohttp.ClientSession
+    log_writer: RequestLogWriter
+    gateway: Gateway
+    started_at: float = field(default_factory=time.time)
+    _claim: MemoryStateClaim | None = None
+    _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    async def reload_registry(self) -> None:
+        self.gateway.registry = await load_registry(self.engine, self.vault)
+
+    async def _watch_registry(self) -> None:
+        """Pick up changes made by other processes (admin API elsewhere, ``hearth apply``)."""
+        while True:
+            await asyncio.sleep(self.settings.registry_refresh_s)
+            try:
+                if await current_version(self.engine) != self.gateway.registry.version:
+                    await self.reload_registry()
+                    log.info("registry_reloaded", version=self.gateway.registry.version)
+            except Exception as exc:
+                log.warning("registry_refresh_failed", error=type(exc).__name__)
+
+    async def disable_after_auth_failure(self, ep: Endpoint, status: int) -> None:
+        await set_endpoint_enabled(self.engine, ep.name, False, f"upstream answered {status}: credentials rejected")
+        await self.reload_registry()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.log_writer.stop()
+        await self.session.close()
+        await self.state.close()
+        if self._claim is not None:
+            await self._claim.release()
+        await self.engine.dispose()
+
+
+async def start_runtime(settings: Settings) -> Runtime:
+    refuse_memory_with_workers(settings)
+    engine = create_engine(settings.database_url)
+    await migrate(engine)
+    claim: MemoryStateClaim | None = None
+    if settings.state_backend == "memory":
+        claim = MemoryStateClaim()
+        await claim.acquire(settings, engine)
+    vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
+    if settings.config is not None:
+        spec = RegistrySpec.model_validate(read_config_file(settings.config))
+        report = await apply_registry(engine, spec, vault)
+        log.info("registry_applied", file=str(settings.config), **report.as_dict())
+    registry = await load_registry(engine, vault)
+    state = create_state(settings)
+    session = create_session()
+    providers: dict[str, Provider] = {
+        "openai": OpenAICompatProvider(session, settings.max_sse_event_bytes),
+        "anthropic": AnthropicProvider(session, settings.max_sse_event_bytes),
+        "simulated": SimulatedProvider(),
+    }
+    writer = RequestLogWriter(engine, settings.request_log_queue, settings.request_log_batch,
+                              settings.request_log_flush_s)
+    gateway = Gateway(settings, state, providers, writer, registry)
+    rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
+                 log_writer=writer, gateway=gateway, _claim=claim)
+    gateway._on_auth_failure = rt.disable_after_auth_failure
+    writer.start()
+    rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
+    return rt

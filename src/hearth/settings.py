@@ -1,0 +1,88 @@
+"""Process settings: environment variables (``HEARTH_*``) over the YAML file's ``server:`` section.
+
+Settings describe *how this process runs* (where it listens, which database and state backend it
+uses, timeouts). What it serves (providers, endpoints, models, callers) is the registry, declared
+in the same YAML file and applied to the database; see :mod:`hearth.registry.config`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HEARTH_", extra="ignore")
+
+    config: Path | None = Field(default=None, description="YAML file with `server:` settings and the registry")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = Field(default=1, ge=1, description="uvicorn worker processes (needs the redis state backend)")
+    database_url: str = "sqlite+aiosqlite:///var/hearth.db"
+    state_backend: Literal["memory", "redis"] = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "hearth:"
+    admin_token: str | None = None
+    master_key: str | None = Field(default=None, description="base64 or hex of 32 bytes; AES-GCM key for provider keys")
+    master_key_file: Path = Path("var/master.key")
+    log_level: str = "info"
+    access_log: bool = False
+
+    request_timeout_s: float = Field(default=120.0, gt=0, description="absolute deadline of one logical call")
+    max_attempts: int = Field(default=3, ge=1, le=10, description="endpoints tried per call")
+    admission_wait_s: float = Field(default=10.0, ge=0, description="max wait for a free endpoint slot")
+    stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    max_request_bytes: int = 8 * 1024 * 1024
+    max_sse_event_bytes: int = 1024 * 1024
+
+    request_log_queue: int = Field(default=20_000, ge=1)
+    request_log_batch: int = Field(default=500, ge=1)
+    request_log_flush_s: float = Field(default=0.5, gt=0)
+
+    registry_refresh_s: float = Field(default=5.0, gt=0, description="how often other processes' registry changes are picked up")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment beats the YAML file (passed as init kwargs), so operators can override a
+        # checked-in config without editing it.
+        return env_settings, init_settings
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from env, then the YAML file named by ``HEARTH_CONFIG`` (its ``server:`` map)."""
+    probe = Settings(**overrides)
+    file_values: dict[str, Any] = {}
+    if probe.config is not None:
+        file_values = dict(read_config_file(probe.config).get("server") or {})
+    file_values.update(overrides)
+    return Settings(**file_values)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse the YAML config; a missing or malformed file is a startup error with the path in it."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise SystemExit(f"config file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise SystemExit(f"config file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SystemExit(f"config file {path} must contain a mapping at top level")
+    return data

@@ -1,0 +1,87 @@
+"""The state backend interface: shared, atomic counters for admission.
+
+Two implementations answer the same contract: :mod:`hearth.state.memory` (one process) and
+:mod:`hearth.state.redis` (many processes, atomic Lua). Admission asks for *all* of a call's
+scopes at once (endpoint and its quota group): either every scope has room and all are taken,
+or nothing is taken and the refusal names the scope and the limit.
+
+Concurrency leases carry an expiry so a crashed process's leases free themselves. RPM and TPM
+are counted in fixed one-minute windows; TPM is reserved on the estimate and corrected on release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class StateUnavailable(Exception):
+    """The backend cannot be reached; callers must fail closed (503), never admit unlimited."""
+
+
+@dataclass(slots=True, frozen=True)
+class Scope:
+    """One limited thing, e.g. ``ep:gpt4-a`` or ``qg:openai-main``; 0 means unlimited."""
+
+    key: str
+    max_concurrency: int = 0
+    rpm: int = 0
+    tpm: int = 0
+
+
+@dataclass(slots=True)
+class Lease:
+    lease_id: str
+    scopes: tuple[Scope, ...]
+    tokens: int
+    window: int  # the minute window in which TPM/RPM were counted
+    released: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class Refusal:
+    scope: str
+    limit: str  # concurrency | rpm | tpm | cooldown
+    retry_after_s: float = 0.0
+
+
+@dataclass(slots=True)
+class AcquireResult:
+    lease: Lease | None = None
+    refusal: Refusal | None = None
+
+
+@dataclass(slots=True)
+class ScopeUsage:
+    in_flight: int = 0
+    rpm_used: int = 0
+    tpm_used: int = 0
+    cooldown_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class StateBackend(Protocol):
+    name: str
+
+    async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
+                      cooldown_keys: tuple[str, ...] = ()) -> AcquireResult: ...
+
+    async def release(self, lease: Lease, actual_tokens: int | None = None) -> None: ...
+
+    async def wait_for_release(self, timeout_s: float) -> None:
+        """Sleep until some lease may have been released (or the timeout passes)."""
+        ...
+
+    async def set_cooldown(self, key: str, seconds: float) -> None: ...
+
+    async def clear_cooldown(self, key: str) -> None: ...
+
+    async def usage(self, scope_key: str) -> ScopeUsage: ...
+
+    async def ping(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def minute_window(now_s: float) -> int:
+    return int(now_s // 60)

@@ -1,0 +1,110 @@
+"""Redis state backend: the same contract as :class:`~hearth.state.memory.MemoryState`, shared by
+any number of processes. Every admission decision is one Lua script, so check-and-take is atomic.
+
+Any Redis error becomes :class:`StateUnavailable`; the gateway turns that into 503 + Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from hearth.state.base import AcquireResult, Lease, Refusal, Scope, ScopeUsage, StateUnavailable, minute_window
+
+_LUA = Path(__file__).parent / "lua"
+
+
+class RedisState:
+    name = "redis"
+
+    def __init__(self, url: str, prefix: str = "hearth:") -> None:
+        self._redis = aioredis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0,
+                                              health_check_interval=0, max_connections=256)
+        self._p = prefix
+        self._acquire = self._redis.register_script((_LUA / "acquire.lua").read_text())
+        self._release = self._redis.register_script((_LUA / "release.lua").read_text())
+
+    def _k(self, kind: str, key: str, window: int | None = None) -> str:
+        return f"{self._p}{kind}:{key}" if window is None else f"{self._p}{kind}:{key}:{window}"
+
+    async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
+                      cooldown_keys: tuple[str, ...] = ()) -> AcquireResult:
+        now = time.time()
+        window = minute_window(now)
+        keys: list[str] = []
+        args: list[str | int] = [int(now * 1000), lease_id, int(ttl_s * 1000), tokens, len(scopes),
+                                 (window + 1) * 60_000]
+        for s in scopes:
+            keys += [self._k("c", s.key), self._k("r", s.key, window), self._k("t", s.key, window)]
+            args += [s.max_concurrency, s.rpm, s.tpm]
+        keys += [self._k("cd", k) for k in cooldown_keys]
+        try:
+            res = await self._acquire(keys=keys, args=args)
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+        if int(res[0]) == 1:
+            return AcquireResult(lease=Lease(lease_id, scopes, tokens, window))
+        idx, limit, wait_ms = int(res[1]), res[2], float(res[3])
+        limit = limit.decode() if isinstance(limit, bytes) else str(limit)
+        scope = cooldown_keys[idx - 3 * len(scopes) - 1] if limit == "cooldown" else scopes[idx - 1].key
+        return AcquireResult(refusal=Refusal(scope, limit, wait_ms / 1000))
+
+    async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        delta = 0 if actual_tokens is None else actual_tokens - lease.tokens
+        keys: list[str] = []
+        args: list[str | int] = [lease.lease_id, delta, len(lease.scopes)]
+        for s in lease.scopes:
+            keys += [self._k("c", s.key), self._k("t", s.key, lease.window)]
+            args += ["1" if s.max_concurrency else "0", "1" if s.tpm else "0"]
+        try:
+            await self._release(keys=keys, args=args)
+        except RedisError as exc:
+            # The lease expires by its TTL; nothing is lost but capacity until then.
+            raise StateUnavailable(str(exc)) from exc
+
+    async def wait_for_release(self, timeout_s: float) -> None:
+        await asyncio.sleep(min(timeout_s, 0.005 + random.random() * 0.015))
+
+    async def set_cooldown(self, key: str, seconds: float) -> None:
+        try:
+            await self._redis.set(self._k("cd", key), "1", px=max(1, int(seconds * 1000)))
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+
+    async def clear_cooldown(self, key: str) -> None:
+        try:
+            await self._redis.delete(self._k("cd", key))
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+
+    async def usage(self, scope_key: str) -> ScopeUsage:
+        now = time.time()
+        window = minute_window(now)
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.zcount(self._k("c", scope_key), now * 1000, "+inf")
+                pipe.get(self._k("r", scope_key, window))
+                pipe.get(self._k("t", scope_key, window))
+                pipe.pttl(self._k("cd", scope_key))
+                zc, rpm, tpm, cd = await pipe.execute()
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return ScopeUsage(in_flight=int(zc), rpm_used=int(rpm or 0), tpm_used=int(tpm or 0),
+                          cooldown_s=max(0, int(cd)) / 1000)
+
+    async def ping(self) -> None:
+        try:
+            await self._redis.ping()
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,63 @@
+"""Engine creation and schema migration (Alembic, applied at start).
+
+SQLite runs in WAL mode with a busy timeout so the batch writer and the admin API can share the
+file; PostgreSQL migrations take an advisory lock so several processes can start at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_MIGRATION_LOCK_ID = 0x4845415254  # "HEART"
+
+
+def create_engine(url: str) -> AsyncEngine:
+    if url.startswith("sqlite"):
+        _ensure_sqlite_dir(url)
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+
+
+def _ensure_sqlite_dir(url: str) -> None:
+    path = url.split("///", 1)[-1]
+    if path and path != ":memory:" and not path.startswith("file:"):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Bring the schema to the newest revision; idempotent and safe to run from several processes."""
+
+    def _upgrade(conn: Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID})
+        command.upgrade(alembic_config(conn), "head")
+
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade)

@@ -1,0 +1,130 @@
+"""Table definitions (SQLAlchemy Core). Each table is owned by one module, named in its comment."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+# owner: hearth.registry.store — a key/value row per setting; "registry_version" bumps on change.
+meta = Table(
+    "meta", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+providers = Table(
+    "providers", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("kind", String(32), nullable=False),  # openai | anthropic | simulated
+    Column("base_url", Text, nullable=True),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+quota_groups = Table(
+    "quota_groups", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("max_concurrency", Integer, nullable=False, default=0),
+    Column("rpm", Integer, nullable=False, default=0),
+    Column("tpm", Integer, nullable=False, default=0),
+    Column("daily_tokens", BigInteger, nullable=False, default=0),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+endpoints = Table(
+    "endpoints", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("provider", String(128), ForeignKey("providers.name"), nullable=False),
+    Column("quota_group", String(128), ForeignKey("quota_groups.name"), nullable=True),
+    Column("base_url", Text, nullable=True),
+    Column("upstream_model", String(256), nullable=False),
+    Column("api_key_enc", Text, nullable=True),
+    Column("api_key_hint", String(32), nullable=True),
+    Column("key_version", Integer, nullable=False, default=1),
+    Column("max_concurrency", Integer, nullable=False, default=0),
+    Column("rpm", Integer, nullable=False, default=0),
+    Column("tpm", Integer, nullable=False, default=0),
+    Column("weight", Float, nullable=False, default=1.0),
+    Column("priority", Integer, nullable=False, default=0),
+    Column("timeout_s", Float, nullable=False, default=60.0),
+    Column("capabilities", JSON, nullable=False),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("disabled_reason", Text, nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+models = Table(
+    "models", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("description", Text, nullable=True),
+    Column("kind", String(32), nullable=False, default="chat"),  # chat | embedding
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+model_pool_members = Table(
+    "model_pool_members", metadata,
+    Column("model", String(128), ForeignKey("models.name", ondelete="CASCADE"), primary_key=True),
+    Column("endpoint", String(128), ForeignKey("endpoints.name", ondelete="CASCADE"), primary_key=True),
+)
+
+prices = Table(
+    "prices", metadata,
+    Column("model", String(256), primary_key=True),  # endpoint name, upstream model or public model
+    Column("input_per_1m", Float, nullable=False),
+    Column("output_per_1m", Float, nullable=False),
+    Column("currency", String(8), nullable=False, default="USD"),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# owner: hearth.auth.callers
+callers = Table(
+    "callers", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("key_prefix", String(16), nullable=False),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+# owner: hearth.observability.request_log
+request_logs = Table(
+    "request_logs", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("request_id", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("caller", String(128), nullable=True),
+    Column("route", String(32), nullable=False),
+    Column("model", String(128), nullable=True),
+    Column("endpoint", String(128), nullable=True),
+    Column("upstream_model", String(256), nullable=True),
+    Column("stream", Boolean, nullable=False, default=False),
+    Column("status", Integer, nullable=False),
+    Column("error_code", String(64), nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("prompt_tokens", Integer, nullable=False, default=0),
+    Column("completion_tokens", Integer, nullable=False, default=0),
+    Column("usage_estimated", Boolean, nullable=False, default=False),
+    Column("cost", Float, nullable=False, default=0.0),
+    Column("latency_ms", Float, nullable=False, default=0.0),
+    Column("ttft_ms", Float, nullable=True),
+    Column("end_user", String(256), nullable=True),
+)
+Index("ix_request_logs_created_at", request_logs.c.created_at)
+Index("ix_request_logs_caller_created", request_logs.c.caller, request_logs.c.created_at)
+Index("ix_request_logs_model_created", request_logs.c.model, request_logs.c.created_at)
