@@ -49,7 +49,14 @@ class Runtime:
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def reload_registry(self) -> None:
-        self.gateway.registry = await load_registry(self.engine, self.vault)
+        """Swap in a fresh snapshot; endpoints re-enabled since the last one lose local cooldowns."""
+        old = self.gateway.registry
+        new = await load_registry(self.engine, self.vault)
+        for name, ep in new.endpoints.items():
+            before = old.endpoints.get(name)
+            if ep.enabled and (before is None or not before.enabled):
+                self.gateway.health.forget(name)
+        self.gateway.registry = new
 
     async def _watch_registry(self) -> None:
         """Pick up changes made by other processes (admin API elsewhere, ``hearth apply``)."""

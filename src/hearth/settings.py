@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, le=10, description="endpoints tried per call")
     admission_wait_s: float = Field(default=10.0, ge=0, description="max wait for a free endpoint slot")
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    breaker_failures: int = Field(default=3, ge=1, description="consecutive failures that open a circuit")
+    breaker_open_s: float = Field(default=30.0, gt=0, description="how long an open circuit stays open")
     max_request_bytes: int = 8 * 1024 * 1024
     max_sse_event_bytes: int = 1024 * 1024
 
@@ -43,7 +45,7 @@ class Settings(BaseSettings):
     request_log_batch: int = Field(default=500, ge=1)
     request_log_flush_s: float = Field(default=0.5, gt=0)
 
-    registry_refresh_s: float = Field(default=5.0, gt=0, description="how often other processes' registry changes are picked up")
+    registry_refresh_s: float = Field(default=5.0, gt=0, description="how often to pick up other processes' changes")
 
     @classmethod
     def settings_customise_sources(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -245,3 +247,74 @@ def test_property_encoded_events_split_anywhere_parse_back(
     points = sorted({c % (len(stream) + 1) for c in cuts})
     chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
     assert _parse_all(chunks) == [SSEEvent(data, name) for data, name in events]
+
+
+def _reference_parse(stream: bytes) -> list[SSEEvent]:
+    """A direct, unoptimised reading of the WHATWG algorithm, used as an oracle."""
+    stream = stream.removeprefix(b"\xef\xbb\xbf")
+    lines = re.split(rb"\r\n|\r|\n", stream)
+    lines.pop()  # text after the last line terminator is not a complete line
+    events: list[SSEEvent] = []
+    data: bytes | None = None
+    event = ""
+    last_id = ""
+    retry: int | None = None
+    for line in lines:
+        if line == b"":
+            if data is not None:
+                events.append(SSEEvent(data.removesuffix(b"\n"), event or None, last_id or None, retry))
+            data, event, retry = None, "", None
+            continue
+        if line.startswith(b":"):
+            continue
+        name, _, value = line.partition(b":")
+        value = value.removeprefix(b" ")
+        if name == b"data":
+            data = (data or b"") + value + b"\n"
+        elif name == b"event":
+            event = value.decode("utf-8", "replace")
+        elif name == b"id" and b"\x00" not in value:
+            last_id = value.decode("utf-8", "replace")
+        elif name == b"retry" and re.fullmatch(rb"[0-9]+", value):
+            retry = int(value)
+    return events
+
+
+_tokens = st.sampled_from(
+    [
+        b"data:",
+        b"data: x",
+        b"data:  y",
+        b"data",
+        b"event: e",
+        b"event:",
+        b"id: 1",
+        b"id: \x00",
+        b"id",
+        b"retry: 15",
+        b"retry: 1x",
+        b": comment",
+        b"other: z",
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b"\n\n",
+        b"\xef\xbb\xbf",
+        "你好".encode(),
+        b" ",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    tokens=st.lists(_tokens, max_size=30),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+)
+def test_property_arbitrary_streams_split_anywhere_match_the_reference_algorithm(
+    tokens: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(tokens)
+    points = sorted({c % (len(stream) + 1) for c in cuts})
+    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    assert _parse_all(chunks) == _reference_parse(stream)

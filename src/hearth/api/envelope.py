@@ -13,4 +13,5 @@ from hearth.api.deps import request_id
 
 def ok(request: Request, data: Any, status: int = 200) -> Response:
     body = {"success": True, "data": data, "error": None, "request_id": request_id(request)}
-    return Response(orjson.dumps(body, default=str), status_code=status, media_type="application/json")
+    raw = orjson.dumps(body, default=str, option=orjson.OPT_NON_STR_KEYS)
+    return Response(raw, status_code=status, media_type="application/json")

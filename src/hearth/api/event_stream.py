@@ -60,5 +60,5 @@ class EventStreamResponse(Response):
         finally:
             watcher.cancel()
             with contextlib.suppress(BaseException):
-                await frames.aclose()
+                await frames.aclose()  # type: ignore[attr-defined]
             await self.relay.close()

@@ -36,17 +36,18 @@ class Admitted:
     lease: Lease
 
 
-async def admit(state: StateBackend, health: HealthBook, candidates: Callable[[], list[Endpoint]],
-                tokens: int, deadline: float, wait_s: float, lease_ttl_s: float) -> Admitted:
+async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, ...],
+                candidates: Callable[[], list[Endpoint]], tokens: int, deadline: float, wait_s: float,
+                lease_ttl_s: float) -> Admitted:
     """Lease one endpoint from ``candidates()`` (re-evaluated after each wait), in its order."""
     give_up = min(deadline, time.monotonic() + wait_s)
     while True:
         now = time.time()
-        pool = candidates()
-        if not pool:
-            raise _nothing_routable(health, now)
+        choices = candidates()
+        if not choices:
+            raise _nothing_routable(pool, health, now)
         refusals: list[Refusal] = []
-        for ep in pool:
+        for ep in choices:
             try:
                 result = await state.acquire(uuid.uuid4().hex, scopes_for(ep), tokens, lease_ttl_s,
                                              (cooldown_key(ep),))
@@ -75,5 +76,11 @@ def _capacity_error(refusals: list[Refusal]) -> HearthError:
                        retry_after=min(waits) if waits else 1.0)
 
 
-def _nothing_routable(health: HealthBook, now: float) -> HearthError:
+def _nothing_routable(pool: tuple[Endpoint, ...], health: HealthBook, now: float) -> HearthError:
+    """No endpoint may be tried now: say whether that is rate limiting (429) or ill health (503)."""
+    cooling = [health.get(e.name).cooldown_until - now for e in pool
+               if e.enabled and health.get(e.name).cooldown_until > now]
+    if cooling and len(cooling) == sum(1 for e in pool if e.enabled):
+        return HearthError("upstream_rate_limited", "Every endpoint of the model is cooling down after 429s.",
+                           retry_after=min(cooling))
     return HearthError("no_healthy_endpoint", retry_after=5)

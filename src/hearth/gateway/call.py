@@ -66,7 +66,7 @@ class Gateway:
         self.providers = providers
         self.log_writer = log_writer
         self.registry = registry
-        self.health = HealthBook()
+        self.health = HealthBook(settings.breaker_failures, settings.breaker_open_s)
         self._on_auth_failure = on_auth_failure
         self.lease_ttl_s = settings.request_timeout_s + settings.stream_idle_timeout_s + 60
 
@@ -82,7 +82,8 @@ class Gateway:
 
     async def complete(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
         model = self.resolve_model(body.get("model"), "chat")
-        tokens = estimate_messages(body.get("messages")) + (requested_max_tokens(body) or DEFAULT_COMPLETION_RESERVATION)
+        reserve = requested_max_tokens(body) or DEFAULT_COMPLETION_RESERVATION
+        tokens = estimate_messages(body.get("messages")) + reserve
         return await self._unary(ctx, model, body, tokens, "chat")
 
     async def embed(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
@@ -148,7 +149,7 @@ class Gateway:
             if time.monotonic() >= ctx.deadline:
                 break
             try:
-                adm = await admit(self.state, self.health,
+                adm = await admit(self.state, self.health, model.endpoints,
                                   lambda: order_candidates(model.endpoints, self.health, time.time(), tried),
                                   tokens, ctx.deadline, self.settings.admission_wait_s, self.lease_ttl_s)
             except HearthError:

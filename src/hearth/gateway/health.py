@@ -54,6 +54,10 @@ class HealthBook:
             h = self._book[name] = EndpointHealth()
         return h
 
+    def forget(self, name: str) -> None:
+        """Drop everything known about an endpoint (an operator re-enabled it)."""
+        self._book.pop(name, None)
+
     def can_try(self, name: str, now: float) -> bool:
         """Whether routing may choose this endpoint now (cooldown and breaker permitting)."""
         h = self._book.get(name)

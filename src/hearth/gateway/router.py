@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from hearth.gateway.health import HealthBook
 from hearth.registry.snapshot import Endpoint
 
+_RNG = random.Random()
+
 
 def _score(ep: Endpoint, health: HealthBook, now: float, tier_latency: float) -> float:
     h = health.get(ep.name)
@@ -25,7 +27,8 @@ def _score(ep: Endpoint, health: HealthBook, now: float, tier_latency: float) ->
 
 
 def order_candidates(pool: Iterable[Endpoint], health: HealthBook, now: float, exclude: set[str],
-                     rng: random.Random = random._inst) -> list[Endpoint]:  # type: ignore[attr-defined]
+                     rng: random.Random | None = None) -> list[Endpoint]:
+    draw = (rng or _RNG).random
     tiers: dict[int, list[Endpoint]] = {}
     for ep in pool:
         if ep.enabled and ep.name not in exclude and health.can_try(ep.name, now):
@@ -40,7 +43,7 @@ def order_candidates(pool: Iterable[Endpoint], health: HealthBook, now: float, e
         tier_latency = latencies[len(latencies) // 2] if latencies else 0.0
         weights = [_score(e, health, now, tier_latency) for e in tier]
         while tier:
-            pick = rng.random() * sum(weights)
+            pick = draw() * sum(weights)
             idx = 0
             for idx, w in enumerate(weights):  # noqa: B007
                 pick -= w

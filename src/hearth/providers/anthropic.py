@@ -80,7 +80,7 @@ class AnthropicStream:
                             if isinstance(c, str):
                                 self._text.append(c)
                     yield payload
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}",
                                        timeout=isinstance(exc, asyncio.TimeoutError)) from exc
 
@@ -109,18 +109,18 @@ class AnthropicProvider:
             raise HearthError("unsupported_feature", str(exc)) from exc
 
     async def _post(self, ep: Endpoint, payload: dict[str, Any], stream: bool,
-                    timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
+                    client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
         try:
             resp = await self._session.post(ep.base_url + "/messages", data=orjson.dumps(payload),
-                                            headers=self._headers(ep, stream), timeout=timeout)
-        except asyncio.TimeoutError as exc:
+                                            headers=self._headers(ep, stream), timeout=client_timeout)
+        except TimeoutError as exc:
             raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
         if resp.status >= 400:
             try:
                 raw = await resp.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 raw = b""
             finally:
                 resp.release()
@@ -133,7 +133,7 @@ class AnthropicProvider:
         resp = await self._post(ep, payload, False, aiohttp.ClientTimeout(total=timeout_s))
         try:
             raw = await resp.read()
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc

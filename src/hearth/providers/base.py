@@ -36,8 +36,13 @@ class UpstreamStream(Protocol):
     without it raises ``UpstreamNetworkError``. ``usage`` is known once iteration has ended.
     """
 
-    usage: Usage | None
-    completion_estimate: int  # offline estimate of the streamed text, for upstreams without usage
+    @property
+    def usage(self) -> Usage | None: ...
+
+    @property
+    def completion_estimate(self) -> int:
+        """Offline estimate of the streamed text, for upstreams that report no usage."""
+        ...
 
     def events(self) -> AsyncIterator[bytes]: ...
 

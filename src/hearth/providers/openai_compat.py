@@ -123,7 +123,7 @@ class OpenAIStream:
                 batch, self._pending = self._pending, []
                 for payload in batch:
                     yield payload
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}",
                                        timeout=isinstance(exc, asyncio.TimeoutError)) from exc
 
@@ -143,19 +143,19 @@ class OpenAICompatProvider:
             h["Authorization"] = f"Bearer {ep.api_key}"
         return h
 
-    async def _post(self, url: str, ep: Endpoint, payload: bytes, timeout: aiohttp.ClientTimeout,
+    async def _post(self, url: str, ep: Endpoint, payload: bytes, client_timeout: aiohttp.ClientTimeout,
                     headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
         try:
             resp = await self._session.post(url, data=payload, headers=headers or self._headers(ep),
-                                            timeout=timeout)
-        except asyncio.TimeoutError as exc:
+                                            timeout=client_timeout)
+        except TimeoutError as exc:
             raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
         if resp.status >= 400:
             try:
                 raw = await resp.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 raw = b""
             finally:
                 resp.release()
@@ -168,7 +168,7 @@ class OpenAICompatProvider:
         resp = await self._post(ep.base_url + path, ep, payload, aiohttp.ClientTimeout(total=timeout_s))
         try:
             raw = await resp.read()
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc

@@ -52,7 +52,7 @@ class EndpointSpec(_Strict):
     weight: float = Field(default=1.0, gt=0)
     priority: int = 0
     timeout_s: float = Field(default=60.0, gt=0)
-    capabilities: list[Capability] = Field(default_factory=lambda: ["chat", "streaming"])
+    capabilities: list[Capability] = Field(default_factory=lambda: list[Capability](["chat", "streaming"]))
     enabled: bool = True
 
     @field_validator("base_url")

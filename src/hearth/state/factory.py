@@ -57,7 +57,7 @@ class MemoryStateClaim:
                 return
             lock_path = Path(db_path + ".memory-state.lock")
             lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(lock_path, "a+")  # noqa: SIM115 - held open for the process's life
+            fh = open(lock_path, "a+")  # noqa: ASYNC230 - a local lock file, held for the process life
             try:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as exc:

@@ -1,0 +1,80 @@
+"""Run a real Hearth HTTP server (uvicorn) on 127.0.0.1 in a background thread, for tests.
+
+The server has its own event loop, so a test's client traffic and the server never share a loop:
+what the test sees is what a remote caller would see over TCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from hearth.app import create_app
+from hearth.runtime import Runtime
+from hearth.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class HearthServerThread:
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.settings = settings.model_copy(update={"port": self.port, "host": "127.0.0.1"})
+        self.app = create_app(self.settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None,
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def runtime(self) -> Runtime:
+        rt: Runtime = self.app.state.runtime
+        return rt
+
+    def start(self, timeout: float = 15.0) -> HearthServerThread:
+        def run() -> None:
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.loop.run_until_complete(self._server.serve())
+            except BaseException as exc:
+                self._error = exc
+            finally:
+                self.loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"hearth-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if self._error is not None or not self._thread.is_alive():
+                raise RuntimeError(f"Hearth failed to start: {self._error!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("Hearth did not start in time")
+            time.sleep(0.01)
+        return self
+
+    def call(self, coro: Any, timeout: float = 10.0) -> Any:
+        """Run a coroutine on the server's loop (e.g. to inspect the state backend) and wait."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(15)

@@ -1,0 +1,185 @@
+"""Shared fixtures: real PostgreSQL, real Redis, fake upstreams and Hearth servers over real HTTP.
+
+PostgreSQL and Redis are the machine's services (127.0.0.1). Each test gets its own PostgreSQL
+database and its own Redis key prefix, so tests never see each other's data. If a service is
+missing the test is skipped with the reason — except under ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import redis
+import yaml
+
+from hearth.settings import Settings
+from hearth.testing.fake_upstream import FakeUpstream
+from hearth.testing.server_thread import HearthServerThread
+
+PG_ADMIN_DSN = os.environ.get("HEARTH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("HEARTH_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+MASTER_KEY = "00" * 32
+
+
+def _unavailable(what: str, exc: BaseException) -> None:
+    message = f"{what} is not reachable ({type(exc).__name__}: {exc})"
+    if IN_CI:
+        pytest.fail(f"{message}; CI requires it", pytrace=False)
+    pytest.skip(message)
+
+
+def redis_available() -> None:
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except Exception as exc:
+        _unavailable("Redis at " + REDIS_URL, exc)
+
+
+async def _create_pg_database() -> str:
+    name = f"hearth_t_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return name
+
+
+async def _drop_pg_database(name: str) -> None:
+    conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def pg_url_for(name: str) -> str:
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
+    return f"{base}/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path}/hearth.db"
+        return
+    try:
+        name = asyncio.run(_create_pg_database())
+    except Exception as exc:
+        _unavailable("PostgreSQL at " + PG_ADMIN_DSN, exc)
+    try:
+        yield pg_url_for(name)
+    finally:
+        asyncio.run(_drop_pg_database(name))
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    try:
+        name = asyncio.run(_create_pg_database())
+    except Exception as exc:
+        _unavailable("PostgreSQL at " + PG_ADMIN_DSN, exc)
+    try:
+        yield pg_url_for(name)
+    finally:
+        asyncio.run(_drop_pg_database(name))
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    redis_available()
+    prefix = f"hearth-test:{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(match=prefix + "*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeUpstream]:
+    upstream = FakeUpstream()
+    upstream.start_in_thread()
+    try:
+        yield upstream
+    finally:
+        upstream.stop_thread()
+
+
+@pytest.fixture
+def fake2() -> Iterator[FakeUpstream]:
+    upstream = FakeUpstream()
+    upstream.start_in_thread()
+    try:
+        yield upstream
+    finally:
+        upstream.stop_thread()
+
+
+def write_config(path: Path, registry: dict[str, Any], server: dict[str, Any] | None = None) -> Path:
+    path.write_text(yaml.safe_dump({"server": server or {}, **registry}))
+    return path
+
+
+def gateway_registry(endpoints: list[dict[str, Any]], *, model: str = "m",
+                     quota_groups: list[dict[str, Any]] | None = None,
+                     prices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A registry with one provider per kind, the given endpoints in model ``model``, caller key ``test-key-123``."""
+    return {
+        "providers": [{"name": "openai-like", "kind": "openai"}, {"name": "anthropic-like", "kind": "anthropic"},
+                      {"name": "sim", "kind": "simulated"}],
+        "quota_groups": quota_groups or [],
+        "endpoints": endpoints,
+        "models": [{"name": model, "endpoints": [e["name"] for e in endpoints]}],
+        "prices": prices or [],
+        "callers": [{"name": "tester", "key": "test-key-123"}],
+    }
+
+
+ServerFactory = Callable[..., HearthServerThread]
+
+
+@pytest.fixture
+def hearth_server(tmp_path: Path) -> Iterator[ServerFactory]:
+    """Start Hearth servers in threads: ``hearth_server(registry, database_url=..., **settings)``."""
+    started: list[HearthServerThread] = []
+
+    def start(registry: dict[str, Any], **settings: Any) -> HearthServerThread:
+        config = write_config(tmp_path / f"hearth-{len(started)}.yaml", registry)
+        values: dict[str, Any] = {"config": config, "database_url": f"sqlite+aiosqlite:///{tmp_path}/h.db",
+                                  "master_key": MASTER_KEY, "admin_token": "admin-token-xyz",
+                                  "request_log_flush_s": 0.05, "registry_refresh_s": 0.5}
+        values.update(settings)
+        server = HearthServerThread(Settings(**values)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()
+
+
+AUTH = {"Authorization": "Bearer test-key-123"}
+ADMIN = {"Authorization": "Bearer admin-token-xyz"}
+
+
+def chat_body(content: str = "hello", **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": content}], **extra}
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[Any]:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=500,
+                                                                  max_keepalive_connections=500)) as client:
+        yield client
