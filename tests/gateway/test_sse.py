@@ -24,9 +24,7 @@ def _openai_payloads() -> list[bytes]:
     ]
     out.append(orjson.dumps({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
     out.append(
-        orjson.dumps(
-            {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}}
-        )
+        orjson.dumps({**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}})
     )
     out.append(b"[DONE]")
     return out

@@ -128,9 +128,7 @@ async def test_chat_completion_is_openai_shaped_with_formula_usage(
 async def test_chat_stream_is_chunk_events_ending_in_done(
     upstream: FakeUpstream, session: aiohttp.ClientSession
 ) -> None:
-    resp = await _post(
-        session, upstream, "/chat/completions", {"model": "m", "messages": USER, "stream": True}
-    )
+    resp = await _post(session, upstream, "/chat/completions", {"model": "m", "messages": USER, "stream": True})
     assert resp.status == 200
     assert resp.headers["Content-Type"].startswith("text/event-stream")
     events = await _events(resp)
@@ -219,16 +217,12 @@ async def test_embeddings_are_deterministic_unit_vectors_in_float_and_base64(
     decoded = [list(struct.unpack("<8f", base64.b64decode(d["embedding"]))) for d in b64["data"]]
     assert decoded == vectors
 
-    tokens = await (
-        await _post(session, upstream, "/embeddings", {"input": [1, 2, 3], "dimensions": 3})
-    ).json()
+    tokens = await (await _post(session, upstream, "/embeddings", {"input": [1, 2, 3], "dimensions": 3})).json()
     assert len(tokens["data"]) == 1 and len(tokens["data"][0]["embedding"]) == 3
     assert tokens["usage"]["prompt_tokens"] == 3
 
 
-async def test_models_route_lists_the_fake_models(
-    upstream: FakeUpstream, session: aiohttp.ClientSession
-) -> None:
+async def test_models_route_lists_the_fake_models(upstream: FakeUpstream, session: aiohttp.ClientSession) -> None:
     resp = await session.get(upstream.base_url + "/models")
     body = await resp.json()
     assert body["object"] == "list"
@@ -320,9 +314,7 @@ async def test_malformed_inserts_a_non_json_event_or_returns_a_garbage_body(
     session: aiohttp.ClientSession,
 ) -> None:
     async with FakeUpstream(malformed=True, chunks=3) as up:
-        events = await _events(
-            await _post(session, up, "/chat/completions", {"messages": USER, "stream": True})
-        )
+        events = await _events(await _post(session, up, "/chat/completions", {"messages": USER, "stream": True}))
         broken = []
         for event in events:
             try:
@@ -395,9 +387,7 @@ async def test_latency_and_chunk_delay_slow_the_response(session: aiohttp.Client
         await resp.read()
     async with FakeUpstream(chunks=5, chunk_delay_ms=20) as up:
         start = time.monotonic()
-        events = await _events(
-            await _post(session, up, "/chat/completions", {"messages": USER, "stream": True})
-        )
+        events = await _events(await _post(session, up, "/chat/completions", {"messages": USER, "stream": True}))
         assert len(events) == 8
         assert time.monotonic() - start >= 7 * 0.02 * 0.9
 
@@ -495,9 +485,7 @@ async def test_anthropic_messages_non_stream(upstream: FakeUpstream, session: ai
     }
 
 
-async def test_anthropic_messages_stream_event_sequence(
-    upstream: FakeUpstream, session: aiohttp.ClientSession
-) -> None:
+async def test_anthropic_messages_stream_event_sequence(upstream: FakeUpstream, session: aiohttp.ClientSession) -> None:
     body = {"model": "claude-x", "max_tokens": 3, "messages": USER, "stream": True}
     events = await _events(await _post(session, upstream, "/messages", body))
     names = [e.event for e in events]
@@ -555,9 +543,7 @@ def test_run_entry_point_serves_until_sigterm() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     code = f"from hearth.testing.fake_upstream import run; run('127.0.0.1', {port}, chunks=2)"
-    with subprocess.Popen(
-        [sys.executable, "-c", code], stderr=subprocess.PIPE, env=os.environ.copy()
-    ) as proc:
+    with subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, env=os.environ.copy()) as proc:
         try:
             assert proc.stderr is not None
             assert f"127.0.0.1:{port}/v1" in proc.stderr.readline().decode()

@@ -63,6 +63,7 @@ class OpenAIStream:
         self._pending: list[bytes] = []
         self._drop_usage_chunk = drop_usage_chunk
         self._done = False
+        self._failure: UpstreamNetworkError | None = None
         self.usage: Usage | None = None
         self._text: list[str] = []
 
@@ -96,8 +97,14 @@ class OpenAIStream:
         return data
 
     async def _fill(self) -> bool:
-        """Read until at least one relayable event is pending; False at a clean end of stream."""
+        """Read until at least one relayable event is pending; False at a clean end of stream.
+
+        A failure discovered after good events in the same read is deferred until those events
+        have been relayed, so the caller gets everything valid and then the error.
+        """
         while not self._pending:
+            if self._failure is not None:
+                raise self._failure
             if self._done:
                 return False
             chunk = await self._resp.content.readany()
@@ -105,13 +112,15 @@ class OpenAIStream:
                 self._parser.flush()
                 raise UpstreamNetworkError("upstream stream ended before [DONE]")
             try:
-                events = self._parser.feed(chunk)
+                for ev in self._parser.feed(chunk):
+                    payload = self._accept(ev.data)
+                    if payload is not None:
+                        self._pending.append(payload)
             except SSEEventTooLarge as exc:
-                raise UpstreamNetworkError("upstream sent an oversized stream event") from exc
-            for ev in events:
-                payload = self._accept(ev.data)
-                if payload is not None:
-                    self._pending.append(payload)
+                self._failure = UpstreamNetworkError("upstream sent an oversized stream event")
+                self._failure.__cause__ = exc
+            except UpstreamNetworkError as exc:
+                self._failure = exc
         return True
 
     async def prime(self) -> None:

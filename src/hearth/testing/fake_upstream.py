@@ -162,9 +162,7 @@ def _text_chars(content: Any) -> int:
         return len(content)
     if isinstance(content, list):
         return sum(
-            len(part["text"])
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            len(part["text"]) for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
     return 0
 
@@ -404,8 +402,7 @@ class FakeUpstream:
         A mapping is applied as changes over the defaults current at this call."""
         with self._lock:
             resolved = [
-                b if isinstance(b, FakeBehavior) else dataclasses.replace(self._defaults, **b)
-                for b in behaviors
+                b if isinstance(b, FakeBehavior) else dataclasses.replace(self._defaults, **b) for b in behaviors
             ]
             self._script = deque(resolved)
 
@@ -560,9 +557,7 @@ class FakeUpstream:
             if bad_json or (request.method == "POST" and not isinstance(body, dict)):
                 finished = True
                 err = _anthropic_error if anthropic else _openai_error
-                return web.Response(
-                    status=400, body=err(400, "Body must be a JSON object."), headers=_JSON_HEADERS
-                )
+                return web.Response(status=400, body=err(400, "Body must be a JSON object."), headers=_JSON_HEADERS)
             response, finished = await handler(request, behavior, body, seq)
             return response
         except asyncio.CancelledError:
@@ -701,9 +696,7 @@ class FakeUpstream:
         self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int
     ) -> tuple[web.StreamResponse, bool]:
         raw_input = body.get("input")
-        if isinstance(raw_input, str) or (
-            isinstance(raw_input, list) and raw_input and isinstance(raw_input[0], int)
-        ):
+        if isinstance(raw_input, str) or (isinstance(raw_input, list) and raw_input and isinstance(raw_input[0], int)):
             items: list[Any] = [raw_input]
         elif isinstance(raw_input, list) and raw_input:
             items = raw_input
