@@ -1,0 +1,464 @@
+"""Contract tests for the state backends: the same behaviour from MemoryState and RedisState.
+
+Every test in the first part runs against both backends (the ``state`` fixture); the Redis-only
+part checks what only matters across processes: several clients and OS processes sharing one
+limit, and failing closed when Redis cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from hearth.state.base import Lease, Scope, StateBackend, StateUnavailable, minute_window
+from hearth.state.memory import MemoryState
+from hearth.state.redis import RedisState
+from tests.conftest import REDIS_URL
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def state(request: pytest.FixtureRequest) -> AsyncIterator[StateBackend]:
+    backend: StateBackend
+    if request.param == "memory":
+        backend = MemoryState()
+    else:
+        backend = RedisState(REDIS_URL, request.getfixturevalue("redis_prefix"))
+    yield backend
+    await backend.close()
+
+
+@pytest.fixture
+async def redis_state(redis_prefix: str) -> AsyncIterator[RedisState]:
+    backend = RedisState(REDIS_URL, redis_prefix)
+    yield backend
+    await backend.close()
+
+
+def lid() -> str:
+    return uuid.uuid4().hex
+
+
+async def away_from_minute_edge(margin_s: float = 2.0) -> None:
+    """RPM/TPM count in one-minute windows; don't start a counting test just before a window ends."""
+    left = 60 - time.time() % 60
+    if left < margin_s:
+        await asyncio.sleep(left + 0.05)
+
+
+# --------------------------------------------------------------------------- both backends
+
+
+async def test_acquire_takes_every_scope_and_release_frees_them(state: StateBackend) -> None:
+    ep, qg = Scope("ep:a", max_concurrency=3), Scope("qg:g", max_concurrency=3)
+    result = await state.acquire(lid(), (ep, qg), 10, 30.0)
+    assert result.lease is not None and result.refusal is None
+    assert (await state.usage("ep:a")).in_flight == 1
+    assert (await state.usage("qg:g")).in_flight == 1
+    await state.release(result.lease)
+    assert (await state.usage("ep:a")).in_flight == 0
+    assert (await state.usage("qg:g")).in_flight == 0
+
+
+async def test_concurrency_refusal_on_second_scope_takes_nothing_on_first(state: StateBackend) -> None:
+    ep, qg = Scope("ep:a", max_concurrency=5), Scope("qg:g", max_concurrency=1)
+    first = await state.acquire(lid(), (ep, qg), 1, 30.0)
+    assert first.lease is not None
+    second = await state.acquire(lid(), (ep, qg), 1, 30.0)
+    assert second.lease is None
+    assert second.refusal is not None
+    assert (second.refusal.scope, second.refusal.limit) == ("qg:g", "concurrency")
+    assert (await state.usage("ep:a")).in_flight == 1
+    assert (await state.usage("qg:g")).in_flight == 1
+
+
+async def test_rpm_refusal_on_second_scope_counts_nothing_on_first(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    ep, qg = Scope("ep:a", rpm=10), Scope("qg:g", rpm=1)
+    assert (await state.acquire(lid(), (ep, qg), 1, 30.0)).lease is not None
+    refused = await state.acquire(lid(), (ep, qg), 1, 30.0)
+    assert refused.refusal is not None
+    assert (refused.refusal.scope, refused.refusal.limit) == ("qg:g", "rpm")
+    assert (await state.usage("ep:a")).rpm_used == 1
+    assert (await state.usage("qg:g")).rpm_used == 1
+
+
+async def test_tpm_refusal_on_second_scope_reserves_nothing_on_first(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    ep, qg = Scope("ep:a", tpm=10_000, max_concurrency=5), Scope("qg:g", tpm=100)
+    assert (await state.acquire(lid(), (ep, qg), 80, 30.0)).lease is not None
+    refused = await state.acquire(lid(), (ep, qg), 80, 30.0)
+    assert refused.refusal is not None
+    assert (refused.refusal.scope, refused.refusal.limit) == ("qg:g", "tpm")
+    usage = await state.usage("ep:a")
+    assert usage.tpm_used == 80
+    assert usage.in_flight == 1
+
+
+async def test_200_concurrent_acquires_grant_exactly_max_concurrency(state: StateBackend) -> None:
+    scope = Scope("ep:busy", max_concurrency=7)
+    results = await asyncio.gather(*(state.acquire(lid(), (scope,), 1, 30.0) for _ in range(200)))
+    granted = [r.lease for r in results if r.lease is not None]
+    refused = [r.refusal for r in results if r.refusal is not None]
+    assert len(granted) == 7
+    assert len(refused) == 193
+    assert {(r.scope, r.limit) for r in refused} == {("ep:busy", "concurrency")}
+    assert (await state.usage("ep:busy")).in_flight == 7
+
+
+async def test_released_capacity_is_granted_again_exactly(state: StateBackend) -> None:
+    scope = Scope("ep:busy", max_concurrency=7)
+    first = await asyncio.gather(*(state.acquire(lid(), (scope,), 1, 30.0) for _ in range(50)))
+    leases = [r.lease for r in first if r.lease is not None]
+    assert len(leases) == 7
+    for lease in leases[:3]:
+        await state.release(lease)
+    second = await asyncio.gather(*(state.acquire(lid(), (scope,), 1, 30.0) for _ in range(50)))
+    assert sum(r.lease is not None for r in second) == 3
+    assert (await state.usage("ep:busy")).in_flight == 7
+
+
+async def test_concurrent_acquires_never_exceed_rpm(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:rpm", rpm=5)
+    results = await asyncio.gather(*(state.acquire(lid(), (scope,), 1, 30.0) for _ in range(60)))
+    assert sum(r.lease is not None for r in results) == 5
+    assert {r.refusal.limit for r in results if r.refusal is not None} == {"rpm"}
+
+
+async def test_lease_expires_after_ttl_so_a_crashed_holders_capacity_returns(state: StateBackend) -> None:
+    scope = Scope("ep:a", max_concurrency=1)
+    crashed = await state.acquire(lid(), (scope,), 1, 0.3)  # the holder never releases
+    assert crashed.lease is not None
+    blocked = await state.acquire(lid(), (scope,), 1, 0.3)
+    assert blocked.refusal is not None and blocked.refusal.limit == "concurrency"
+    await asyncio.sleep(0.4)
+    assert (await state.usage("ep:a")).in_flight == 0
+    assert (await state.acquire(lid(), (scope,), 1, 30.0)).lease is not None
+
+
+async def test_rpm_refuses_the_request_over_the_limit_and_names_rpm(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:a", rpm=3)
+    for _ in range(3):
+        result = await state.acquire(lid(), (scope,), 1, 30.0)
+        assert result.lease is not None
+        await state.release(result.lease)  # releasing does not give a request back
+    now = time.time()
+    refused = await state.acquire(lid(), (scope,), 1, 30.0)
+    assert refused.lease is None and refused.refusal is not None
+    assert (refused.refusal.scope, refused.refusal.limit) == ("ep:a", "rpm")
+    until_window_end = (minute_window(now) + 1) * 60 - now
+    assert 0 < refused.refusal.retry_after_s <= 60
+    assert abs(refused.refusal.retry_after_s - until_window_end) < 1.0
+    assert (await state.usage("ep:a")).rpm_used == 3
+
+
+async def test_tpm_reserves_the_estimate_and_refunds_on_release(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:a", tpm=100)
+    a = await state.acquire(lid(), (scope,), 40, 30.0)
+    b = await state.acquire(lid(), (scope,), 40, 30.0)
+    assert a.lease is not None and b.lease is not None
+    assert (await state.usage("ep:a")).tpm_used == 80
+    c = await state.acquire(lid(), (scope,), 40, 30.0)
+    assert c.refusal is not None and c.refusal.limit == "tpm"
+    await state.release(a.lease, actual_tokens=10)  # used 10 of the 40 reserved: refund 30
+    assert (await state.usage("ep:a")).tpm_used == 50
+    c = await state.acquire(lid(), (scope,), 40, 30.0)
+    assert c.lease is not None
+    assert (await state.usage("ep:a")).tpm_used == 90
+
+
+async def test_tpm_release_with_more_than_estimated_charges_the_difference(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:a", tpm=1000)
+    lease = (await state.acquire(lid(), (scope,), 40, 30.0)).lease
+    assert lease is not None
+    await state.release(lease, actual_tokens=70)
+    assert (await state.usage("ep:a")).tpm_used == 70
+
+
+async def test_tpm_release_without_actual_keeps_the_reservation(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:a", tpm=1000)
+    lease = (await state.acquire(lid(), (scope,), 40, 30.0)).lease
+    assert lease is not None
+    await state.release(lease)
+    assert (await state.usage("ep:a")).tpm_used == 40
+
+
+async def test_tpm_correction_never_goes_below_zero(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:a", tpm=1000)
+    real = (await state.acquire(lid(), (scope,), 30, 30.0)).lease
+    assert real is not None
+    # A lease whose reservation is larger than what the window still holds (e.g. counted before a
+    # restart): refunding it must clamp at zero, not make room for more than the limit.
+    oversized = Lease(lid(), (scope,), 500, real.window)
+    await state.release(oversized, actual_tokens=0)
+    assert (await state.usage("ep:a")).tpm_used == 0
+    assert (await state.acquire(lid(), (scope,), 900, 30.0)).lease is not None
+    refused = await state.acquire(lid(), (scope,), 200, 30.0)
+    assert refused.refusal is not None and refused.refusal.limit == "tpm"
+
+
+async def test_cooldown_refuses_with_remaining_time_and_clear_lifts_it(state: StateBackend) -> None:
+    scope = Scope("ep:a", max_concurrency=5)
+    await state.set_cooldown("ep:a", 2.0)
+    refused = await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:a",))
+    assert refused.lease is None and refused.refusal is not None
+    assert (refused.refusal.scope, refused.refusal.limit) == ("ep:a", "cooldown")
+    assert 1.5 < refused.refusal.retry_after_s <= 2.0
+    assert 1.5 < (await state.usage("ep:a")).cooldown_s <= 2.0
+    assert (await state.usage("ep:a")).in_flight == 0  # a cooldown refusal takes no lease
+    await state.clear_cooldown("ep:a")
+    assert (await state.usage("ep:a")).cooldown_s == 0
+    assert (await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:a",))).lease is not None
+
+
+async def test_cooldown_refusal_names_the_key_that_is_cooling(state: StateBackend) -> None:
+    scopes = (Scope("ep:a", max_concurrency=5, rpm=100, tpm=1000), Scope("qg:g", max_concurrency=5))
+    await state.set_cooldown("cool:second", 5.0)
+    refused = await state.acquire(lid(), scopes, 1, 30.0, cooldown_keys=("cool:first", "cool:second"))
+    assert refused.refusal is not None
+    assert (refused.refusal.scope, refused.refusal.limit) == ("cool:second", "cooldown")
+    assert 4.5 < refused.refusal.retry_after_s <= 5.0
+
+
+async def test_cooldown_ends_by_itself(state: StateBackend) -> None:
+    scope = Scope("ep:a", max_concurrency=1)
+    await state.set_cooldown("ep:a", 0.2)
+    assert (await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:a",))).refusal is not None
+    await asyncio.sleep(0.3)
+    assert (await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:a",))).lease is not None
+
+
+async def test_cooldown_key_only_affects_callers_that_name_it(state: StateBackend) -> None:
+    scope = Scope("ep:a", max_concurrency=5)
+    await state.set_cooldown("ep:a", 5.0)
+    assert (await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:b",))).lease is not None
+
+
+async def test_usage_reports_in_flight_rpm_and_tpm(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:a", max_concurrency=10, rpm=100, tpm=10_000)
+    leases = []
+    for tokens in (10, 20, 30):
+        lease = (await state.acquire(lid(), (scope,), tokens, 30.0)).lease
+        assert lease is not None
+        leases.append(lease)
+    usage = await state.usage("ep:a")
+    assert (usage.in_flight, usage.rpm_used, usage.tpm_used, usage.cooldown_s) == (3, 3, 60, 0)
+    await state.release(leases[0], actual_tokens=10)
+    usage = await state.usage("ep:a")
+    assert (usage.in_flight, usage.rpm_used, usage.tpm_used) == (2, 3, 60)
+    empty = await state.usage("ep:never-used")
+    assert (empty.in_flight, empty.rpm_used, empty.tpm_used, empty.cooldown_s) == (0, 0, 0, 0)
+
+
+async def test_release_is_idempotent(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:a", max_concurrency=5, tpm=1000)
+    a = (await state.acquire(lid(), (scope,), 50, 30.0)).lease
+    b = (await state.acquire(lid(), (scope,), 50, 30.0)).lease
+    assert a is not None and b is not None
+    await state.release(a, actual_tokens=10)
+    assert a.released
+    after_first = await state.usage("ep:a")
+    assert (after_first.in_flight, after_first.tpm_used) == (1, 60)
+    await state.release(a, actual_tokens=10)
+    await state.release(a)
+    after_again = await state.usage("ep:a")
+    assert (after_again.in_flight, after_again.tpm_used) == (1, 60)
+
+
+async def test_unlimited_scope_admits_everything(state: StateBackend) -> None:
+    scope = Scope("ep:free")
+    results = await asyncio.gather(*(state.acquire(lid(), (scope,), 10**6, 30.0) for _ in range(50)))
+    assert all(r.lease is not None for r in results)
+
+
+async def test_ping_succeeds_on_a_working_backend(state: StateBackend) -> None:
+    await state.ping()
+
+
+# --------------------------------------------------------------------------- wait_for_release
+
+
+async def test_memory_wait_for_release_returns_early_after_a_release() -> None:
+    state = MemoryState()
+    lease = (await state.acquire(lid(), (Scope("ep:a", max_concurrency=1),), 1, 30.0)).lease
+    assert lease is not None
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.1)
+        await state.release(lease)
+
+    releaser = asyncio.create_task(release_soon())
+    started = time.monotonic()
+    await state.wait_for_release(5.0)
+    waited = time.monotonic() - started
+    await releaser
+    assert 0.05 < waited < 1.0
+
+
+async def test_memory_wait_for_release_waits_for_the_timeout_without_a_release() -> None:
+    state = MemoryState()
+    started = time.monotonic()
+    await state.wait_for_release(0.2)
+    assert 0.18 < time.monotonic() - started < 1.0
+
+
+async def test_redis_wait_for_release_returns_within_its_poll_time(redis_state: RedisState) -> None:
+    started = time.monotonic()
+    await redis_state.wait_for_release(5.0)
+    assert time.monotonic() - started < 0.2
+
+
+# --------------------------------------------------------------------------- Redis across clients and processes
+
+_ACQUIRE_CHILD = r"""
+import asyncio, os, sys
+from hearth.state.base import Scope
+from hearth.state.redis import RedisState
+
+async def main(url, prefix, n):
+    state = RedisState(url, prefix)
+    await state.ping()
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    scope = Scope("ep:shared", max_concurrency=7)
+    results = await asyncio.gather(*(state.acquire(f"{os.getpid()}-{i}", (scope,), 1, 30.0) for i in range(n)))
+    print(sum(r.lease is not None for r in results), flush=True)
+    await state.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+_CRASH_CHILD = r"""
+import asyncio, os, sys
+from hearth.state.base import Scope
+from hearth.state.redis import RedisState
+
+async def main(url, prefix):
+    state = RedisState(url, prefix)
+    result = await state.acquire("crashed-holder", (Scope("ep:crash", max_concurrency=1),), 1, 0.5)
+    print("granted" if result.lease else "refused", flush=True)
+    os._exit(0)  # die holding the lease: no release, no close
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def _spawn(script: str, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, *args, cwd=REPO_ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
+async def _line(proc: asyncio.subprocess.Process) -> str:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 15)
+    if not line:
+        assert proc.stderr is not None
+        raise AssertionError("child ended early: " + (await proc.stderr.read()).decode(errors="replace"))
+    return line.decode().strip()
+
+
+async def test_redis_two_clients_share_one_limit_exactly(redis_prefix: str) -> None:
+    one, two = RedisState(REDIS_URL, redis_prefix), RedisState(REDIS_URL, redis_prefix)
+    try:
+        scope = Scope("ep:shared", max_concurrency=7)
+        results = await asyncio.gather(*(client.acquire(lid(), (scope,), 1, 30.0)
+                                         for _ in range(100) for client in (one, two)))
+        assert sum(r.lease is not None for r in results) == 7
+        assert (await one.usage("ep:shared")).in_flight == 7
+        assert (await two.usage("ep:shared")).in_flight == 7
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_redis_two_processes_and_two_clients_share_one_limit_exactly(redis_prefix: str) -> None:
+    children = [await _spawn(_ACQUIRE_CHILD, REDIS_URL, redis_prefix, "100") for _ in range(2)]
+    one, two = RedisState(REDIS_URL, redis_prefix), RedisState(REDIS_URL, redis_prefix)
+    try:
+        for child in children:
+            assert await _line(child) == "ready"
+        scope = Scope("ep:shared", max_concurrency=7)
+        for child in children:  # start everyone at once
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+            await child.stdin.drain()
+        local = await asyncio.gather(*(client.acquire(lid(), (scope,), 1, 30.0)
+                                       for _ in range(100) for client in (one, two)))
+        from_children = [int(await _line(child)) for child in children]
+        total = sum(from_children) + sum(r.lease is not None for r in local)
+        assert total == 7
+        assert (await one.usage("ep:shared")).in_flight == 7
+    finally:
+        for child in children:
+            if child.returncode is None:
+                child.kill()
+            await child.wait()
+        await one.close()
+        await two.close()
+
+
+async def test_redis_lease_of_a_crashed_process_comes_back_after_its_ttl(redis_state: RedisState,
+                                                                          redis_prefix: str) -> None:
+    child = await _spawn(_CRASH_CHILD, REDIS_URL, redis_prefix)
+    assert await _line(child) == "granted"
+    assert await child.wait() == 0
+    scope = Scope("ep:crash", max_concurrency=1)
+    blocked = await redis_state.acquire(lid(), (scope,), 1, 30.0)
+    assert blocked.refusal is not None and blocked.refusal.limit == "concurrency"
+    await asyncio.sleep(0.6)
+    assert (await redis_state.acquire(lid(), (scope,), 1, 30.0)).lease is not None
+
+
+async def test_redis_unreachable_raises_state_unavailable_quickly_and_never_grants() -> None:
+    state = RedisState("redis://127.0.0.1:1/0", "hearth-test-unreachable:")
+    scope = Scope("ep:a", max_concurrency=5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StateUnavailable):
+            await state.ping()
+        with pytest.raises(StateUnavailable):
+            await state.acquire(lid(), (scope,), 1, 30.0)
+        with pytest.raises(StateUnavailable):
+            await state.release(Lease(lid(), (scope,), 1, minute_window(time.time())))
+        with pytest.raises(StateUnavailable):
+            await state.set_cooldown("ep:a", 1.0)
+        with pytest.raises(StateUnavailable):
+            await state.usage("ep:a")
+        assert time.monotonic() - started < 3.0
+    finally:
+        await state.close()
+
+
+async def test_redis_that_accepts_but_never_answers_raises_state_unavailable_within_3s() -> None:
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # read until the client gives up, never answer
+        writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    state = RedisState(f"redis://127.0.0.1:{port}/0", "hearth-test-hung:")
+    try:
+        started = time.monotonic()
+        with pytest.raises(StateUnavailable):
+            await state.acquire(lid(), (Scope("ep:a", max_concurrency=5),), 1, 30.0)
+        assert time.monotonic() - started < 3.0
+    finally:
+        await state.close()
+        server.close()
+        await server.wait_closed()
