@@ -45,6 +45,13 @@ def _kind(kind: str) -> tuple[str, str, type[Any]]:
     return _KINDS[kind]
 
 
+@router.get("/stats", summary="Process counters: request-log writer, registry version")
+async def stats(request: Request) -> Response:
+    rt = runtime(request)
+    return ok(request, {"request_log_writer": rt.log_writer.stats(), "registry_version": rt.gateway.registry.version,
+                        "state_backend": rt.state.name, "uptime_s": round(time.time() - rt.started_at, 1)})
+
+
 @router.get("/{kind}", summary="List registry entries of one kind")
 async def list_entries(kind: str, request: Request) -> Response:
     table, _, _ = _kind(kind)
@@ -111,10 +118,3 @@ async def endpoint_status(name: str, request: Request) -> Response:
     return ok(request, {"name": name, "enabled": ep.enabled, "disabled_reason": ep.disabled_reason,
                         "api_key": ep.api_key_hint, "scopes": scopes,
                         "health": rt.gateway.health.snapshot(name, time.time())})
-
-
-@router.get("/stats", summary="Process counters: request-log writer, registry version")
-async def stats(request: Request) -> Response:
-    rt = runtime(request)
-    return ok(request, {"request_log_writer": rt.log_writer.stats(), "registry_version": rt.gateway.registry.version,
-                        "state_backend": rt.state.name, "uptime_s": round(time.time() - rt.started_at, 1)})

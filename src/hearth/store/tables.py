@@ -128,3 +128,4 @@ request_logs = Table(
 Index("ix_request_logs_created_at", request_logs.c.created_at)
 Index("ix_request_logs_caller_created", request_logs.c.caller, request_logs.c.created_at)
 Index("ix_request_logs_model_created", request_logs.c.model, request_logs.c.created_at)
+Index("ix_request_logs_request_id", request_logs.c.request_id)
