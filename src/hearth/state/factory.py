@@ -83,5 +83,8 @@ class MemoryStateClaim:
             self._file.close()
             self._file = None
         if self._conn is not None:
+            # A pooled connection outlives close(): unlock explicitly, or the lock stays held.
+            await self._conn.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _PG_LOCK_ID})
+            await self._conn.commit()
             await self._conn.close()
             self._conn = None
