@@ -486,6 +486,8 @@ def run_wrk(env: Env, target: Target, *, stream: bool, concurrency: int, duratio
     if out.returncode != 0 or match is None:
         raise RuntimeError(f"wrk failed ({out.returncode}): {out.stdout[-2000:]} {out.stderr[-2000:]}")
     raw = json.loads(match.group(1))
+    if target.name == "hearth":
+        env.hearth_requests += raw["requests"]
     secs = raw["duration_us"] / 1e6
     errors = raw["err_connect"] + raw["err_read"] + raw["err_write"] + raw["err_status"] + raw["err_timeout"]
     return {
@@ -508,6 +510,8 @@ def run_loadgen(env: Env, target: Target, mode: str, *, stream: bool, concurrenc
     if out.returncode != 0:
         raise RuntimeError(f"loadgen {mode} failed: {out.stderr[-2000:]}")
     raw = json.loads(out.stdout.strip().splitlines()[-1])
+    if target.name == "hearth":
+        env.hearth_requests += raw["requests"] + raw["errors"] + raw.get("warmup_requests", 0)
     raw["generator"] = "python"
     raw["rps"] = raw["requests"] / raw["duration_s"] if raw["duration_s"] else 0.0
     return dict(raw)
@@ -524,8 +528,6 @@ def throughput_run(env: Env, target: Target, *, stream: bool, concurrency: int) 
             run_wrk(env, target, stream=stream, concurrency=concurrency, duration=a.warmup, gen_cpus=gen_cpus)
         res = _measure(env, target, lambda: run_wrk(env, target, stream=stream, concurrency=concurrency,
                                                      duration=a.duration, gen_cpus=gen_cpus))
-        if target.name == "hearth":
-            env.hearth_requests += res["requests"]
     else:
         res = _measure(env, target, lambda: run_loadgen(env, target, "closed", stream=stream,
                                                          concurrency=concurrency, duration=a.duration,
@@ -542,8 +544,6 @@ def latency_run(env: Env, target: Target) -> dict[str, Any]:
             run_wrk(env, target, stream=False, concurrency=1, duration=a.warmup, gen_cpus=env.gen_cpus)
         res = _measure(env, target, lambda: run_wrk(env, target, stream=False, concurrency=1,
                                                      duration=a.duration, gen_cpus=env.gen_cpus))
-        if target.name == "hearth":
-            env.hearth_requests += res["requests"]
     else:
         res = _measure(env, target, lambda: run_loadgen(env, target, "closed", stream=False, concurrency=1,
                                                          duration=a.duration, warmup=a.warmup,
@@ -611,7 +611,7 @@ def profile_hearth(env: Env, target: Target, *, stream: bool, out_dir: Path, sta
     raw_path = out_dir / f"{stamp}-pyspy-hearth-{kind}-c64.txt"
     dur = max(3, min(env.args.duration, 10))
     argv = ["taskset", "-c", env.gen_cpus, exe, "record", "-p", str(target.proc.pid), "-d", str(dur + 1),
-            "-r", "200", "-f", "raw", "-o", str(raw_path)]
+            "-r", "100", "--nonblocking", "-f", "raw", "-o", str(raw_path)]
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         time.sleep(0.5)
@@ -633,80 +633,73 @@ def profile_hearth(env: Env, target: Target, *, stream: bool, out_dir: Path, sta
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
-_GROUPS = (
-    ("hearth", "/hearth/"),
-    ("uvicorn", "/uvicorn/"),
-    ("starlette", "/starlette/"),
-    ("fastapi", "/fastapi/"),
-    ("pydantic", "/pydantic"),
-    ("aiohttp", "/aiohttp/"),
-    ("sqlalchemy", "/sqlalchemy/"),
-    ("aiosqlite", "/aiosqlite/"),
-    ("structlog", "/structlog/"),
-    ("logging", "/logging/"),
-    ("asyncio", "/asyncio/"),
-    ("orjson/json", "/json/"),
-)
+# Frames where a worker thread sits blocked in C code; py-spy cannot tell that this is idle.
+_IDLE_LEAVES = ("_connection_worker_thread (aiosqlite/core.py:59)", "_worker (concurrent/futures/thread.py")
 
 
-def _group(file: str) -> str:
-    for name, needle in _GROUPS:
-        if needle in file:
-            return name
-    return "other" if file else "native/unknown"
-
-
-def _short(frame: str) -> tuple[str, str]:
-    """(``func (short/path.py)``, file) for a py-spy frame ``func (path:line)``."""
+def _parse_frame(frame: str) -> tuple[str, str]:
+    """(``func (path)`` without the line number, path) for a py-spy frame ``func (path:line)``."""
     m = _FRAME.match(frame.strip())
     if m is None:
         return frame.strip(), ""
-    file = m.group("file")
-    short = file
-    for marker in ("site-packages/", "/src/", "/lib/python3.11/"):
-        if marker in file:
-            short = file.split(marker, 1)[1]
-            break
-    return f"{m.group('func')} ({short})", file
+    return f"{m.group('func')} ({m.group('file')})", m.group("file")
+
+
+def _package(file: str) -> str:
+    if not file or file.startswith("<"):
+        return "other"
+    head = file.split("/", 1)[0]
+    return head[:-3] if head.endswith(".py") else head
 
 
 def summarize_collapsed(text: str, top: int = 25) -> dict[str, Any]:
-    """Self and inclusive sample shares per function, and self share per package group."""
-    self_counts: dict[str, int] = {}
-    incl_counts: dict[str, int] = {}
-    group_counts: dict[str, int] = {}
+    """Shares of py-spy samples (raw/collapsed stacks): the event-loop (main) thread by function and by
+    package, self and inclusive; worker threads separately, their blocked-idle samples dropped."""
+    main_self: dict[str, int] = {}
+    main_incl: dict[str, int] = {}
+    main_pkg: dict[str, int] = {}
     hearth_incl: dict[str, int] = {}
-    total = 0
+    worker_self: dict[str, int] = {}
+    main_total = worker_total = worker_idle = 0
     for line in text.splitlines():
         stack, _, count_s = line.rpartition(" ")
         if not stack or not count_s.isdigit():
             continue
         count = int(count_s)
-        frames = [f for f in stack.split(";") if f]
-        # py-spy prefixes the thread name; keep only frames that look like "func (file:line)"
-        frames = [f for f in frames if f.endswith(")")]
+        frames = [f for f in stack.split(";") if f.endswith(")")]
         if not frames:
             continue
-        total += count
-        leaf, leaf_file = _short(frames[-1])
-        self_counts[leaf] = self_counts.get(leaf, 0) + count
-        g = _group(leaf_file)
-        group_counts[g] = group_counts.get(g, 0) + count
+        if "threading.py" in frames[0]:
+            if any(frames[-1].startswith(idle) for idle in _IDLE_LEAVES):
+                worker_idle += count
+                continue
+            worker_total += count
+            leaf, _ = _parse_frame(frames[-1])
+            worker_self[leaf] = worker_self.get(leaf, 0) + count
+            continue
+        main_total += count
+        leaf, leaf_file = _parse_frame(frames[-1])
+        main_self[leaf] = main_self.get(leaf, 0) + count
+        pkg = _package(leaf_file)
+        main_pkg[pkg] = main_pkg.get(pkg, 0) + count
         seen: set[str] = set()
         for f in frames:
-            name, file = _short(f)
+            name, file = _parse_frame(f)
             if name in seen:
                 continue
             seen.add(name)
-            incl_counts[name] = incl_counts.get(name, 0) + count
-            if "/hearth/" in file:
+            main_incl[name] = main_incl.get(name, 0) + count
+            if file.startswith("hearth/"):
                 hearth_incl[name] = hearth_incl.get(name, 0) + count
 
-    def share(d: dict[str, int]) -> list[tuple[str, float]]:
-        return [(k, round(100 * v / total, 1)) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
+    def share(d: dict[str, int], total: int) -> list[tuple[str, float]]:
+        return [(k, round(100 * v / (total or 1), 1)) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
 
-    return {"samples": total, "self_top": share(self_counts), "inclusive_top": share(incl_counts),
-            "hearth_inclusive_top": share(hearth_incl), "self_by_package": share(group_counts)}
+    return {"main_thread_samples": main_total, "worker_thread_busy_samples": worker_total,
+            "worker_thread_idle_samples_dropped": worker_idle,
+            "self_top": share(main_self, main_total), "inclusive_top": share(main_incl, main_total),
+            "hearth_inclusive_top": share(hearth_incl, main_total), "self_by_package": share(main_pkg, main_total),
+            "worker_self_top": share(worker_self, main_total)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -888,9 +881,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         warm = Target("hearth", hport, PUBLIC_MODEL, CALLER_KEY, hearth)
         for stream in (False, True):
             if generator == "wrk":
-                r = run_wrk(env, warm, stream=stream, concurrency=16, duration=max(1, args.warmup),
-                            gen_cpus=env.gen_cpus)
-                env.hearth_requests += r["requests"]
+                run_wrk(env, warm, stream=stream, concurrency=16, duration=max(1, args.warmup),
+                        gen_cpus=env.gen_cpus)
+            else:
+                run_loadgen(env, warm, "closed", stream=stream, concurrency=16, duration=max(1, args.warmup),
+                            warmup=0, gen_cpus=env.gen_cpus)
         time.sleep(2.0)  # let the request-log batch writer flush and the loop go idle
         rss_idle = proc_status(hearth.pid)
         log(f"Hearth idle RSS after warm-up: {rss_idle.get('VmRSS', 0) / 1024:.1f} MB")
@@ -929,7 +924,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env.all_servers.pop("hearth", None)
         results["hearth_exit_code"] = code
         results["request_logs"] = {"rows": count_request_logs(db),
-                                   "completed_by_generators_excluding_profile": env.hearth_requests}
+                                   "completed_by_generators": env.hearth_requests}
         with contextlib.suppress(OSError):
             results["fake_stats"] = json.loads(http_get(fake_port, "/_fake/stats")[1])
             results["fake_stats"].pop("last_body", None)
@@ -1115,11 +1110,16 @@ def table(results: dict[str, Any]) -> str:
                 lines.append(f"profile {kind}: {p.get('skipped')}")
                 continue
             lines.append("")
-            lines.append(f"py-spy {kind} ({p['samples']} samples, {p['rps_while_sampling']:,.0f}/s while sampling; "
-                         f"raw stacks in {p['file']})")
-            lines.append("  self time by package: " + ", ".join(f"{k} {v}%" for k, v in p["self_by_package"]))
+            lines.append(f"py-spy {kind}: {p['main_thread_samples']} event-loop samples, "
+                         f"{p['rps_while_sampling']:,.0f}/s while sampling; raw stacks in {p['file']}; "
+                         "shares are % of event-loop-thread samples")
+            lines.append("  self time by package: " + ", ".join(f"{k} {v}%" for k, v in p["self_by_package"][:12]))
+            lines.append("  busy worker threads (same scale): "
+                         + (", ".join(f"{k} {v}%" for k, v in p["worker_self_top"][:5]) or "none"))
             lines.append("  top self:")
             lines += [f"    {v:5.1f}%  {k}" for k, v in p["self_top"][:15]]
+            lines.append("  top inclusive (all code):")
+            lines += [f"    {v:5.1f}%  {k}" for k, v in p["inclusive_top"][:25]]
             lines.append("  top inclusive (Hearth code):")
             lines += [f"    {v:5.1f}%  {k}" for k, v in p["hearth_inclusive_top"][:15]]
     return "\n".join(lines)
@@ -1201,8 +1201,9 @@ def markdown(results: dict[str, Any]) -> str:
     out.append(f"Hearth ready (s): fresh database {ready.get('fresh_db')}, restarts {ready.get('restart')}. "
                f"RSS MB: idle {fmt(s['hearth_idle_rss_mb'], 1)}, after load {fmt(s['hearth_rss_after_load_mb'], 1)}, "
                f"peak {fmt(s['hearth_peak_rss_mb'], 1)}. Request-log rows written: "
-               f"{logs.get('rows')} (generator-completed Hearth requests, excluding profiling runs: "
-               f"{logs.get('completed_by_generators_excluding_profile')}).")
+               f"{logs.get('rows')} (requests the generators completed through Hearth, warm-ups and profiling "
+               f"included: {logs.get('completed_by_generators')}; rows also include requests cut at the end of "
+               f"a run).")
     return "\n".join(out) + "\n"
 
 

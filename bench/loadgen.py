@@ -115,6 +115,7 @@ def run_ttft(url: str, body: bytes, headers: dict[str, str], duration: float, wa
     while time.monotonic() < warm_end and sent < max_requests:
         _one_stream(conn, path, body, hdrs)
         sent += 1
+    warmup_requests = sent
     end = time.monotonic() + duration
     started = time.monotonic()
     while time.monotonic() < end and sent < max_requests:
@@ -134,6 +135,7 @@ def run_ttft(url: str, body: bytes, headers: dict[str, str], duration: float, wa
     elapsed = time.monotonic() - started
     conn.close()
     return {"mode": "ttft", "requests": len(ttfts), "errors": errors, "duration_s": elapsed,
+            "warmup_requests": warmup_requests,
             "ttft_ms": percentiles(ttfts), "total_ms": percentiles(totals)}
 
 
@@ -194,10 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "ttft":
         result = run_ttft(args.url, body, headers, args.duration, args.warmup, args.max_requests)
     else:
+        warm: dict[str, Any] = {"requests": 0, "errors": 0}
         if args.warmup > 0:
-            asyncio.run(_closed(args.url, body, headers, args.concurrency, args.warmup, args.max_requests))
+            warm = asyncio.run(_closed(args.url, body, headers, args.concurrency, args.warmup, args.max_requests))
         result = asyncio.run(_closed(args.url, body, headers, args.concurrency, args.duration,
                                      args.max_requests))
+        result["warmup_requests"] = warm["requests"] + warm["errors"]
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
 

@@ -19,7 +19,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
 from hearth.state.memory import MemoryState
-from hearth.state.redis import RedisState
 
 _PG_LOCK_ID = 0x48454D53  # "HEMS"
 
@@ -30,6 +29,8 @@ class SingleProcessViolation(SystemExit):
 
 def create_state(settings: Settings) -> StateBackend:
     if settings.state_backend == "redis":
+        from hearth.state.redis import RedisState  # redis-py is only loaded when used
+
         return RedisState(settings.redis_url, settings.redis_prefix)
     return MemoryState()
 

@@ -7,13 +7,14 @@ file; PostgreSQL migrations take an advisory lock so several processes can start
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK_ID = 0x4845415254  # "HEART"
@@ -44,6 +45,8 @@ def _ensure_sqlite_dir(url: str) -> None:
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config  # imported on demand: a served process never needs it again
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if connection is not None:
@@ -53,6 +56,8 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 async def migrate(engine: AsyncEngine) -> None:
     """Bring the schema to the newest revision; idempotent and safe to run from several processes."""
+
+    from alembic import command
 
     def _upgrade(conn: Connection) -> None:
         if conn.dialect.name == "postgresql":
