@@ -611,7 +611,7 @@ def profile_hearth(env: Env, target: Target, *, stream: bool, out_dir: Path, sta
     raw_path = out_dir / f"{stamp}-pyspy-hearth-{kind}-c64.txt"
     dur = max(3, min(env.args.duration, 10))
     argv = ["taskset", "-c", env.gen_cpus, exe, "record", "-p", str(target.proc.pid), "-d", str(dur + 1),
-            "-r", "100", "--nonblocking", "-f", "raw", "-o", str(raw_path)]
+            "-r", "100", "-f", "raw", "-o", str(raw_path)]
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         time.sleep(0.5)
@@ -726,6 +726,11 @@ def hearth_env(env: Env, port: int, config: Path, db: Path, redis_url: str | Non
         "HEARTH_MASTER_KEY": secrets.token_hex(32),
         "HEARTH_LOG_LEVEL": env.args.hearth_log_level,
     })
+    for item in env.args.hearth_env:
+        key, _, value = item.partition("=")
+        if not key.startswith("HEARTH_"):
+            raise SystemExit(f"--hearth-env takes HEARTH_*=value, got {item!r}")
+        e[key] = value
     if redis_url is not None:
         e["HEARTH_REDIS_URL"] = redis_url
         e["HEARTH_REDIS_PREFIX"] = f"hearth-bench-{secrets.token_hex(4)}:"
@@ -788,7 +793,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {"duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
                    "state_backend": args.state, "generator": generator, "sut_cpus": args.sut_cpus,
                    "upstream_cpus": args.upstream_cpus, "gen_cpus": args.gen_cpus, "chunks": CHUNKS,
-                   "hearth_log_level": args.hearth_log_level, "quick": args.quick},
+                   "hearth_log_level": args.hearth_log_level, "hearth_env": args.hearth_env,
+                   "quick": args.quick},
         "runs": [],
     }
     if generator == "wrk":
@@ -1226,6 +1232,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-profile", dest="profile", action="store_false", help="skip the py-spy profile")
     ap.add_argument("--litellm-spec", default="litellm[proxy]", help="pip requirement for the LiteLLM venv")
     ap.add_argument("--hearth-log-level", default="info", help="HEARTH_LOG_LEVEL for the Hearth process")
+    ap.add_argument("--hearth-env", action="append", default=[], metavar="HEARTH_X=VALUE",
+                    help="extra setting for the Hearth process (repeatable), e.g. HEARTH_REQUEST_LOG_BATCH=50")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs, database)")
     args = ap.parse_args(argv)
     if args.duration is None:
