@@ -185,6 +185,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "mem_total_mb": _mem_total_mb(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -440,6 +441,10 @@ class Env:
     all_servers: dict[str, Proc] = field(default_factory=dict)
     hearth_requests: int = 0
 
+    @property
+    def gc_file(self) -> Path:
+        return self.tmp / "hearth-gc.txt"
+
     def write_body(self, target: Target, stream: bool) -> Path:
         path = self.tmp / f"body-{target.name}-{'stream' if stream else 'plain'}.json"
         path.write_text(json.dumps(target.body(stream)))
@@ -470,6 +475,7 @@ def _measure(env: Env, target: Target, fn: Callable[[], dict[str, Any]]) -> dict
     ru_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     after = {n: proc_cpu_s(p.pid) for n, p in servers.items()}
     gen_cpu = (ru_after.ru_utime + ru_after.ru_stime) - (ru_before.ru_utime + ru_before.ru_stime)
+    result["window"] = [t0, t0 + wall]
     result["cpu_pct_of_one_core"] = {n: round(100 * (after[n] - before[n]) / wall, 1) for n in servers}
     result["cpu_pct_of_one_core"]["generator"] = round(100 * gen_cpu / wall, 1)
     result["cores"] = cpu_usage(cores_before, cores_after)
@@ -731,6 +737,9 @@ def hearth_env(env: Env, port: int, config: Path, db: Path, redis_url: str | Non
         if not key.startswith("HEARTH_"):
             raise SystemExit(f"--hearth-env takes HEARTH_*=value, got {item!r}")
         e[key] = value
+    if env.args.gc_probe:
+        e["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH / "gcprobe"), e.get("PYTHONPATH")) if p)
+        e["BENCH_GC_OUT"] = str(env.gc_file)
     if redis_url is not None:
         e["HEARTH_REDIS_URL"] = redis_url
         e["HEARTH_REDIS_PREFIX"] = f"hearth-bench-{secrets.token_hex(4)}:"
@@ -760,6 +769,31 @@ def start_redis(env: Env) -> tuple[Proc, str]:
                 return proc, f"redis://{HOST}:{port}/0"
         time.sleep(0.05)
     raise RuntimeError("redis-server did not answer PING")
+
+
+def gc_report(path: Path, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """GC pauses of the Hearth process during each Hearth run (from the --gc-probe file)."""
+    pauses: list[tuple[float, int, float]] = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            t, g, ms = line.split()
+            pauses.append((float(t), int(g), float(ms)))
+    out: dict[str, Any] = {"note": "pauses of the Hearth process while each Hearth run was measured"}
+    for r in runs:
+        if r["target"] != "hearth" or "window" not in r:
+            continue
+        lo, hi = r["window"]
+        inside = [(g, ms) for t, g, ms in pauses if lo <= t <= hi]
+        secs = max(hi - lo, 1e-9)
+        per_gen = {}
+        for gen in (0, 1, 2):
+            vals = [ms for g, ms in inside if g == gen]
+            per_gen[f"gen{gen}"] = {"count": len(vals), "total_ms": round(sum(vals), 1),
+                                    "max_ms": round(max(vals), 2) if vals else 0.0}
+        r["gc"] = per_gen
+        key = f"{r['scenario']}#r{r['round']}"
+        out[key] = {**per_gen, "gc_share_pct": round(100 * sum(ms for _, ms in inside) / 1000 / secs, 1)}
+    return out
 
 
 def count_request_logs(db: Path) -> int | None:
@@ -793,7 +827,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {"duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
                    "state_backend": args.state, "generator": generator, "sut_cpus": args.sut_cpus,
                    "upstream_cpus": args.upstream_cpus, "gen_cpus": args.gen_cpus, "chunks": CHUNKS,
-                   "hearth_log_level": args.hearth_log_level, "hearth_env": args.hearth_env,
+                   "hearth_log_level": args.hearth_log_level, "hearth_env": args.hearth_env, "gc_probe": args.gc_probe,
                    "quick": args.quick},
         "runs": [],
     }
@@ -915,6 +949,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         time.sleep(2.0)
         rss_after = proc_status(hearth.pid)
+        if args.gc_probe:
+            results["gc_probe"] = gc_report(env.gc_file, results["runs"])
         results["rss_kb"] = {"start": rss_start, "idle_after_warmup": rss_idle, "after_load": rss_after}
 
         # ---- profile (extra runs, not part of the numbers above)
@@ -944,6 +980,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["summary"] = summarize(results)
     json_path = RESULTS / f"{stamp}.json"
     json_path.write_text(json.dumps(results, indent=2))
@@ -1109,6 +1146,15 @@ def table(results: dict[str, Any]) -> str:
     lines.append("target                     value          goal                    status")
     for name, t in s["targets"].items():
         lines.append(f"{name:<26} {fmt(t['value'], 3):<14} {t['target']:<23} {t['status']}")
+    gcp = results.get("gc_probe")
+    if gcp:
+        lines.append("")
+        lines.append("GC pauses in Hearth during its runs (gen2 count / total ms / max ms; share of wall time):")
+        for key, v in gcp.items():
+            if isinstance(v, dict):
+                g2 = v["gen2"]
+                lines.append(f"  {key:<22} gen2 {g2['count']} / {g2['total_ms']} / {g2['max_ms']}; "
+                             f"all gens {v['gc_share_pct']}%")
     prof = results.get("profile")
     if prof:
         for kind, p in prof.items():
@@ -1234,6 +1280,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--hearth-log-level", default="info", help="HEARTH_LOG_LEVEL for the Hearth process")
     ap.add_argument("--hearth-env", action="append", default=[], metavar="HEARTH_X=VALUE",
                     help="extra setting for the Hearth process (repeatable), e.g. HEARTH_REQUEST_LOG_BATCH=50")
+    ap.add_argument("--gc-probe", action="store_true",
+                    help="time Hearth's garbage collections (bench/gcprobe on PYTHONPATH; changes no GC setting)")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs, database)")
     args = ap.parse_args(argv)
     if args.duration is None:

@@ -81,7 +81,8 @@ async def pg_claimer(postgres_url: str) -> AsyncIterator[Claimer]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def claimer(request: pytest.FixtureRequest) -> Claimer:
-    return request.getfixturevalue(f"{'sqlite' if request.param == 'sqlite' else 'pg'}_claimer")
+    chosen: Claimer = request.getfixturevalue(f"{'sqlite' if request.param == 'sqlite' else 'pg'}_claimer")
+    return chosen
 
 
 async def test_second_claim_in_process_is_refused_while_the_first_is_held(claimer: Claimer) -> None:

@@ -27,8 +27,11 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-async def upsert_caller(conn: AsyncConnection, name: str, key: str | None, enabled: bool) -> bool:
-    """Create or update a caller; ``key=None`` keeps the stored key. Returns True if anything changed."""
+async def upsert_caller(conn: AsyncConnection, name: str, key: str | None, enabled: bool) -> str | None:
+    """Create or update a caller; ``key=None`` keeps the stored key.
+
+    Returns ``"created"``, ``"updated"`` or None when nothing changed.
+    """
     row = (await conn.execute(select(callers).where(callers.c.name == name))).mappings().first()
     now = datetime.now(UTC)
     if row is None:
@@ -36,7 +39,7 @@ async def upsert_caller(conn: AsyncConnection, name: str, key: str | None, enabl
             raise ValueError(f"caller {name!r} is new and needs a key")
         await conn.execute(callers.insert().values(
             name=name, key_hash=hash_key(key), key_prefix=key[:6], enabled=enabled, created_at=now))
-        return True
+        return "created"
     values: dict[str, object] = {}
     if key is not None and row["key_hash"] != hash_key(key):
         values.update(key_hash=hash_key(key), key_prefix=key[:6])
@@ -44,7 +47,7 @@ async def upsert_caller(conn: AsyncConnection, name: str, key: str | None, enabl
         values["enabled"] = enabled
     if values:
         await conn.execute(callers.update().where(callers.c.name == name).values(**values))
-    return bool(values)
+    return "updated" if values else None
 
 
 async def load_callers(conn: AsyncConnection) -> dict[str, Caller]:

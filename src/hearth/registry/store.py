@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hearth.auth.callers import load_callers, upsert_caller
 from hearth.errors import HearthError
 from hearth.registry.config import RegistrySpec
-from hearth.registry.key_vault import KeyVault, mask_key
+from hearth.registry.key_vault import KeyVault, KeyVaultError, mask_key
 from hearth.registry.snapshot import Endpoint, Model, Price, QuotaGroup, Registry
 from hearth.store.tables import endpoints, meta, model_pool_members, models, prices, providers, quota_groups
 
@@ -81,7 +81,7 @@ async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVaul
             if e.api_key is not None:
                 stored = (await conn.execute(select(endpoints.c.api_key_enc).where(
                     endpoints.c.name == e.name))).scalar()
-                if stored is None or vault.decrypt(stored, e.name) != e.api_key:
+                if stored is None or _stored_key(vault, stored, e.name) != e.api_key:
                     values["api_key_enc"] = vault.encrypt(e.api_key, e.name)
                     values["api_key_hint"] = mask_key(e.api_key)
             await _upsert(conn, endpoints, {"name": e.name}, values, f"endpoint:{e.name}", report)
@@ -105,16 +105,26 @@ async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVaul
                           f"price:{pr.model}", report)
         for c in spec.callers:
             try:
-                changed = await upsert_caller(conn, c.name, c.key, c.enabled)
+                outcome = await upsert_caller(conn, c.name, c.key, c.enabled)
             except ValueError as exc:
                 raise HearthError("invalid_request", str(exc)) from exc
-            if changed:
+            if outcome == "created":
+                report.created.append(f"caller:{c.name}")
+            elif outcome == "updated":
                 report.updated.append(f"caller:{c.name}")
             else:
                 report.unchanged += 1
         if report.changed:
             await bump_version(conn)
     return report
+
+
+def _stored_key(vault: KeyVault, token: str, name: str) -> str | None:
+    """The stored key, or None if it cannot be read (e.g. the master key changed): then re-encrypt."""
+    try:
+        return vault.decrypt(token, name)
+    except KeyVaultError:
+        return None
 
 
 async def _check_exists(conn: AsyncConnection, table: Table, name: str, label: str, owner: str) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -34,13 +33,10 @@ class RedisState:
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
                       cooldown_keys: tuple[str, ...] = ()) -> AcquireResult:
-        now = time.time()
-        window = minute_window(now)
         keys: list[str] = []
-        args: list[str | int] = [int(now * 1000), lease_id, int(ttl_s * 1000), tokens, len(scopes),
-                                 (window + 1) * 60_000]
+        args: list[str | int] = [lease_id, int(ttl_s * 1000), tokens, len(scopes)]
         for s in scopes:
-            keys += [self._k("c", s.key), self._k("r", s.key, window), self._k("t", s.key, window)]
+            keys += [self._k("c", s.key), self._k("r", s.key), self._k("t", s.key)]
             args += [s.max_concurrency, s.rpm, s.tpm]
         keys += [self._k("cd", k) for k in cooldown_keys]
         try:
@@ -48,7 +44,7 @@ class RedisState:
         except RedisError as exc:
             raise StateUnavailable(str(exc)) from exc
         if int(res[0]) == 1:
-            return AcquireResult(lease=Lease(lease_id, scopes, tokens, window))
+            return AcquireResult(lease=Lease(lease_id, scopes, tokens, int(res[1])))
         idx, limit, wait_ms = int(res[1]), res[2], float(res[3])
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)
         scope = cooldown_keys[idx - 3 * len(scopes) - 1] if limit == "cooldown" else scopes[idx - 1].key
@@ -86,9 +82,10 @@ class RedisState:
             raise StateUnavailable(str(exc)) from exc
 
     async def usage(self, scope_key: str) -> ScopeUsage:
-        now = time.time()
-        window = minute_window(now)
         try:
+            seconds, micros = await self._redis.time()
+            now = seconds + micros / 1e6
+            window = minute_window(now)
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.zcount(self._k("c", scope_key), now * 1000, "+inf")
                 pipe.get(self._k("r", scope_key, window))
