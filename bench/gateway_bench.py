@@ -543,17 +543,11 @@ def throughput_run(env: Env, target: Target, *, stream: bool, concurrency: int) 
 
 
 def latency_run(env: Env, target: Target) -> dict[str, Any]:
-    """Non-stream, concurrency 1: the generator stays on the upstream core for every target."""
+    """Non-stream, concurrency 1, raw samples from the sequential client on the generator core."""
     a = env.args
-    if env.generator == "wrk":
-        if a.warmup > 0:
-            run_wrk(env, target, stream=False, concurrency=1, duration=a.warmup, gen_cpus=env.gen_cpus)
-        res = _measure(env, target, lambda: run_wrk(env, target, stream=False, concurrency=1,
-                                                     duration=a.duration, gen_cpus=env.gen_cpus))
-    else:
-        res = _measure(env, target, lambda: run_loadgen(env, target, "closed", stream=False, concurrency=1,
-                                                         duration=a.duration, warmup=a.warmup,
-                                                         gen_cpus=env.gen_cpus))
+    res = _measure(env, target, lambda: run_loadgen(env, target, "latency", stream=False, concurrency=1,
+                                                     duration=a.duration, warmup=a.warmup,
+                                                     gen_cpus=env.gen_cpus, max_requests=500_000))
     res["gen_cpus"] = env.gen_cpus
     return res
 
@@ -840,6 +834,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     old_term = signal.signal(signal.SIGTERM, interrupted)
     old_hup = signal.signal(signal.SIGHUP, interrupted)
+    old_int = signal.signal(signal.SIGINT, interrupted)  # also when started with SIGINT ignored (`cmd &`)
     try:
         fake_port = free_port()
         log(f"fake upstream on :{fake_port} (cpus {env.upstream_cpus}); temp dir {tmp}")
@@ -975,6 +970,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         procs.stop_all()
         signal.signal(signal.SIGTERM, old_term)
         signal.signal(signal.SIGHUP, old_hup)
+        signal.signal(signal.SIGINT, old_int)
         if args.keep_tmp:
             log(f"kept {tmp}")
         else:
@@ -1035,8 +1031,10 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             "nonstream_c64_p99_ms": med("nonstream_c64", t, lambda r: r["latency_ms"].get("p99")),
             "nonstream_c1_p50_ms": med("nonstream_c1", t, lambda r: r["latency_ms"].get("p50")),
             "nonstream_c1_p99_ms": med("nonstream_c1", t, lambda r: r["latency_ms"].get("p99")),
+            "nonstream_c1_max_ms": med("nonstream_c1", t, lambda r: r["latency_ms"].get("max")),
             "ttft_c1_p50_ms": med("stream_ttft_c1", t, lambda r: r["ttft_ms"].get("p50")),
             "ttft_c1_p99_ms": med("stream_ttft_c1", t, lambda r: r["ttft_ms"].get("p99")),
+            "ttft_c1_max_ms": med("stream_ttft_c1", t, lambda r: r["ttft_ms"].get("max")),
             "stream_c64_per_s": med("stream_c64", t, lambda r: r["rps"]),
             "stream_c64_p50_ms": med("stream_c64", t, lambda r: r["latency_ms"].get("p50")),
             "errors": sum(r["errors"] for r in results["runs"] if r["target"] == t),
@@ -1122,12 +1120,14 @@ def table(results: dict[str, Any]) -> str:
          f"{fmt(lite['nonstream_c64_p50_ms'], 2)} / {fmt(lite['nonstream_c64_p99_ms'], 2)}"),
         ("non-stream c=1 p50 ms", fmt(h["nonstream_c1_p50_ms"], 3), fmt(d["nonstream_c1_p50_ms"], 3),
          fmt(lite["nonstream_c1_p50_ms"], 3)),
-        ("non-stream c=1 p99 ms", fmt(h["nonstream_c1_p99_ms"], 3), fmt(d["nonstream_c1_p99_ms"], 3),
-         fmt(lite["nonstream_c1_p99_ms"], 3)),
+        ("non-stream c=1 p99 / max ms", f"{fmt(h['nonstream_c1_p99_ms'], 2)} / {fmt(h['nonstream_c1_max_ms'], 1)}",
+         f"{fmt(d['nonstream_c1_p99_ms'], 2)} / {fmt(d['nonstream_c1_max_ms'], 1)}",
+         f"{fmt(lite['nonstream_c1_p99_ms'], 2)} / {fmt(lite['nonstream_c1_max_ms'], 1)}"),
         ("stream c=1 TTFT p50 ms", fmt(h["ttft_c1_p50_ms"], 3), fmt(d["ttft_c1_p50_ms"], 3),
          fmt(lite["ttft_c1_p50_ms"], 3)),
-        ("stream c=1 TTFT p99 ms", fmt(h["ttft_c1_p99_ms"], 3), fmt(d["ttft_c1_p99_ms"], 3),
-         fmt(lite["ttft_c1_p99_ms"], 3)),
+        ("stream c=1 TTFT p99 / max ms", f"{fmt(h['ttft_c1_p99_ms'], 2)} / {fmt(h['ttft_c1_max_ms'], 1)}",
+         f"{fmt(d['ttft_c1_p99_ms'], 2)} / {fmt(d['ttft_c1_max_ms'], 1)}",
+         f"{fmt(lite['ttft_c1_p99_ms'], 2)} / {fmt(lite['ttft_c1_max_ms'], 1)}"),
         ("stream c=64 streams/s", fmt(h["stream_c64_per_s"], 0), fmt(d["stream_c64_per_s"], 0),
          fmt(lite["stream_c64_per_s"], 0)),
         ("errors (all runs)", str(h["errors"]), str(d["errors"]), str(lite["errors"]) if lite["errors"] else "0"),
@@ -1201,17 +1201,20 @@ def markdown(results: dict[str, Any]) -> str:
         "|---|---:|---:|---:|",
         f"| non-stream c=64, req/s | {fmt(h['nonstream_c64_rps'], 0)} | {fmt(d['nonstream_c64_rps'], 0)} | "
         f"{lcol(lite['nonstream_c64_rps'], 0)} |",
-        f"| non-stream c=64, p50 / p99 ms | {fmt(h['nonstream_c64_p50_ms'], 2)} / {fmt(h['nonstream_c64_p99_ms'], 2)} "
+        f"| non-stream c=64, p50 / p99 ms (wrk, CO-corrected) | "
+        f"{fmt(h['nonstream_c64_p50_ms'], 2)} / {fmt(h['nonstream_c64_p99_ms'], 2)} "
         f"| {fmt(d['nonstream_c64_p50_ms'], 2)} / {fmt(d['nonstream_c64_p99_ms'], 2)} | "
         f"{lcol(lite['nonstream_c64_p50_ms'], 2)} / {lcol(lite['nonstream_c64_p99_ms'], 2)} |",
         f"| non-stream c=1, p50 ms | {fmt(h['nonstream_c1_p50_ms'], 3)} | {fmt(d['nonstream_c1_p50_ms'], 3)} | "
         f"{lcol(lite['nonstream_c1_p50_ms'], 3)} |",
-        f"| non-stream c=1, p99 ms | {fmt(h['nonstream_c1_p99_ms'], 3)} | {fmt(d['nonstream_c1_p99_ms'], 3)} | "
-        f"{lcol(lite['nonstream_c1_p99_ms'], 3)} |",
+        f"| non-stream c=1, p99 / max ms | {fmt(h['nonstream_c1_p99_ms'], 2)} / {fmt(h['nonstream_c1_max_ms'], 1)} | "
+        f"{fmt(d['nonstream_c1_p99_ms'], 2)} / {fmt(d['nonstream_c1_max_ms'], 1)} | "
+        f"{lcol(lite['nonstream_c1_p99_ms'], 2)} / {lcol(lite['nonstream_c1_max_ms'], 1)} |",
         f"| stream c=1, TTFT p50 ms | {fmt(h['ttft_c1_p50_ms'], 3)} | {fmt(d['ttft_c1_p50_ms'], 3)} | "
         f"{lcol(lite['ttft_c1_p50_ms'], 3)} |",
-        f"| stream c=1, TTFT p99 ms | {fmt(h['ttft_c1_p99_ms'], 3)} | {fmt(d['ttft_c1_p99_ms'], 3)} | "
-        f"{lcol(lite['ttft_c1_p99_ms'], 3)} |",
+        f"| stream c=1, TTFT p99 / max ms | {fmt(h['ttft_c1_p99_ms'], 2)} / {fmt(h['ttft_c1_max_ms'], 1)} | "
+        f"{fmt(d['ttft_c1_p99_ms'], 2)} / {fmt(d['ttft_c1_max_ms'], 1)} | "
+        f"{lcol(lite['ttft_c1_p99_ms'], 2)} / {lcol(lite['ttft_c1_max_ms'], 1)} |",
         f"| stream c=64 (20 chunks), streams/s | {fmt(h['stream_c64_per_s'], 0)} | {fmt(d['stream_c64_per_s'], 0)} | "
         f"{lcol(lite['stream_c64_per_s'], 0)} |",
         f"| server CPU during non-stream c=64 (% of its core) | {fmt(h['sut_cpu_pct_nonstream_c64'], 0)} | "

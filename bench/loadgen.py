@@ -1,6 +1,6 @@
 """Small load clients used by ``gateway_bench.py`` (run as a subprocess, pinned with ``taskset``).
 
-Two modes, each printing one JSON object on stdout:
+Three modes, each printing one JSON object on stdout:
 
 ``ttft``
     One request at a time (concurrency 1) on one keep-alive connection with the blocking
@@ -8,6 +8,11 @@ Two modes, each printing one JSON object on stdout:
     until the first SSE event whose ``choices[0].delta.content`` is non-empty has been read
     (time to first token), and until the stream ended. Synchronous code keeps the client's own
     overhead small and identical for every target, so "through the gateway minus direct" is fair.
+
+``latency``
+    The same loop for non-stream requests: time until the whole JSON answer has been read. Raw
+    samples (``wrk`` would apply its coordinated-omission correction, which adds synthetic samples
+    after every stall and so changes the distribution a closed-loop client actually saw).
 
 ``closed``
     The fallback throughput generator when ``wrk`` is not installed: ``concurrency`` aiohttp
@@ -102,18 +107,33 @@ def _one_stream(conn: http.client.HTTPConnection, path: str, body: bytes,
     return ttft, total, 200
 
 
-def run_ttft(url: str, body: bytes, headers: dict[str, str], duration: float, warmup: float,
-             max_requests: int) -> dict[str, Any]:
+def _one_plain(conn: http.client.HTTPConnection, path: str, body: bytes,
+               headers: dict[str, str]) -> tuple[float, float, int]:
+    """Send one non-stream request and read the whole answer; return (total_ms, total_ms, status)."""
+    t0 = time.perf_counter()
+    conn.request("POST", path, body=body, headers=headers)
+    resp = conn.getresponse()
+    resp.read()
+    total = (time.perf_counter() - t0) * 1000
+    return total, total, resp.status
+
+
+def run_sequential(mode: str, url: str, body: bytes, headers: dict[str, str], duration: float, warmup: float,
+                   max_requests: int) -> dict[str, Any]:
+    """Concurrency 1 on one keep-alive connection: raw per-request samples, no correction applied."""
     host, port, path = _check_loopback(url)
-    hdrs = {"Content-Type": "application/json", "Accept": "text/event-stream", **headers}
+    stream = mode == "ttft"
+    one = _one_stream if stream else _one_plain
+    accept = "text/event-stream" if stream else "application/json"
+    hdrs = {"Content-Type": "application/json", "Accept": accept, **headers}
     conn = http.client.HTTPConnection(host, port, timeout=30)
-    ttfts: list[float] = []
+    firsts: list[float] = []
     totals: list[float] = []
     errors = 0
     sent = 0
     warm_end = time.monotonic() + warmup
     while time.monotonic() < warm_end and sent < max_requests:
-        _one_stream(conn, path, body, hdrs)
+        one(conn, path, body, hdrs)
         sent += 1
     warmup_requests = sent
     end = time.monotonic() + duration
@@ -121,22 +141,27 @@ def run_ttft(url: str, body: bytes, headers: dict[str, str], duration: float, wa
     while time.monotonic() < end and sent < max_requests:
         sent += 1
         try:
-            ttft, total, status = _one_stream(conn, path, body, hdrs)
+            first, total, status = one(conn, path, body, hdrs)
         except (OSError, http.client.HTTPException):
             errors += 1
             conn.close()
             conn = http.client.HTTPConnection(host, port, timeout=30)
             continue
-        if status != 200 or math.isnan(ttft):
+        if status != 200 or math.isnan(first):
             errors += 1
             continue
-        ttfts.append(ttft)
+        firsts.append(first)
         totals.append(total)
     elapsed = time.monotonic() - started
     conn.close()
-    return {"mode": "ttft", "requests": len(ttfts), "errors": errors, "duration_s": elapsed,
-            "warmup_requests": warmup_requests,
-            "ttft_ms": percentiles(ttfts), "total_ms": percentiles(totals)}
+    out: dict[str, Any] = {"mode": mode, "requests": len(totals), "errors": errors, "duration_s": elapsed,
+                           "warmup_requests": warmup_requests}
+    if stream:
+        out["ttft_ms"] = percentiles(firsts)
+        out["total_ms"] = percentiles(totals)
+    else:
+        out["latency_ms"] = percentiles(totals)
+    return out
 
 
 async def _closed(url: str, body: bytes, headers: dict[str, str], concurrency: int, duration: float,
@@ -178,7 +203,7 @@ async def _closed(url: str, body: bytes, headers: dict[str, str], concurrency: i
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("ttft", "closed"))
+    ap.add_argument("mode", choices=("ttft", "latency", "closed"))
     ap.add_argument("--url", required=True)
     ap.add_argument("--body-file", required=True)
     ap.add_argument("--header", action="append", default=[], help="Name: value (repeatable)")
@@ -193,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.header:
         name, _, value = item.partition(":")
         headers[name.strip()] = value.strip()
-    if args.mode == "ttft":
-        result = run_ttft(args.url, body, headers, args.duration, args.warmup, args.max_requests)
+    if args.mode in ("ttft", "latency"):
+        result = run_sequential(args.mode, args.url, body, headers, args.duration, args.warmup, args.max_requests)
     else:
         warm: dict[str, Any] = {"requests": 0, "errors": 0}
         if args.warmup > 0:

@@ -11,6 +11,7 @@ from fastapi.responses import ORJSONResponse
 from hearth import __version__
 from hearth.api import admin, health, openai, request_logs
 from hearth.api.error_handlers import install_error_handlers
+from hearth.api.hot_path import HotPathApp
 from hearth.observability.logging import get_logger
 from hearth.observability.request_id import RequestIdMiddleware
 from hearth.runtime import start_runtime
@@ -40,5 +41,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai.router)
     app.include_router(admin.router)
     app.include_router(request_logs.router)
-    app.add_middleware(RequestIdMiddleware)
     return app
+
+
+def create_asgi(settings: Settings | None = None) -> RequestIdMiddleware:
+    """What uvicorn serves: request ids around the hot OpenAI routes, FastAPI for the rest."""
+    return RequestIdMiddleware(HotPathApp(create_app(settings)))
+
+
+def fastapi_app(asgi: RequestIdMiddleware) -> FastAPI:
+    app = asgi.app
+    assert isinstance(app, HotPathApp)
+    return app.api

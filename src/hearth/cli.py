@@ -29,7 +29,7 @@ def serve(
     """Migrate the database, apply the config's registry, and serve HTTP."""
     import uvicorn
 
-    from hearth.app import create_app
+    from hearth.app import create_asgi
     from hearth.observability.logging import configure_logging
     from hearth.state.factory import refuse_memory_with_workers
 
@@ -41,11 +41,11 @@ def serve(
     refuse_memory_with_workers(settings)
     configure_logging(settings.log_level)
     if settings.workers > 1:
-        uvicorn.run("hearth.app:create_app", factory=True, host=settings.host, port=settings.port,
+        uvicorn.run("hearth.app:create_asgi", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_config=None, access_log=settings.access_log,
                     loop="auto", http="auto")
         return
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
+    uvicorn.run(create_asgi(settings), host=settings.host, port=settings.port, log_config=None,
                 access_log=settings.access_log, loop="auto", http="auto", timeout_graceful_shutdown=5)
 
 

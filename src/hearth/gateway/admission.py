@@ -7,8 +7,8 @@ the call's deadline), then gets 429 ``capacity_exhausted``. A backend fault fail
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,7 +49,7 @@ async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, .
         refusals: list[Refusal] = []
         for ep in choices:
             try:
-                result = await state.acquire(uuid.uuid4().hex, scopes_for(ep), tokens, lease_ttl_s,
+                result = await state.acquire(os.urandom(12).hex(), scopes_for(ep), tokens, lease_ttl_s,
                                              (cooldown_key(ep),))
             except StateUnavailable as exc:
                 raise HearthError("state_backend_unavailable", retry_after=2) from exc

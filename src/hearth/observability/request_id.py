@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -14,7 +14,7 @@ _VALID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 class RequestIdMiddleware:

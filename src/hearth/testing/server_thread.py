@@ -14,7 +14,7 @@ from typing import Any
 
 import uvicorn
 
-from hearth.app import create_app
+from hearth.app import create_asgi, fastapi_app
 from hearth.runtime import Runtime
 from hearth.settings import Settings
 
@@ -30,8 +30,9 @@ class HearthServerThread:
     def __init__(self, settings: Settings, port: int | None = None) -> None:
         self.port = port or free_port()
         self.settings = settings.model_copy(update={"port": self.port, "host": "127.0.0.1"})
-        self.app = create_app(self.settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None,
+        self.asgi = create_asgi(self.settings)
+        self.app = fastapi_app(self.asgi)
+        config = uvicorn.Config(self.asgi, host="127.0.0.1", port=self.port, log_config=None,
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
