@@ -462,14 +462,30 @@ class Env:
         return path
 
 
+def check_alive(env: Env) -> None:
+    """Fail clearly if a server this run started has exited (e.g. killed from outside)."""
+    for name, proc in env.all_servers.items():
+        code = proc.popen.poll()
+        if code is not None:
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            tail = proc.log_path.read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{name} (pid {proc.pid}) is gone ({how}) before this measurement; "
+                               f"its log ends with:\n{tail}")
+
+
 def _measure(env: Env, target: Target, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run ``fn`` and attach CPU use of every server, of the generator and of each core."""
+    check_alive(env)
     servers = dict(env.all_servers)
     before = {n: proc_cpu_s(p.pid) for n, p in servers.items()}
     ru_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cores_before = cpu_times()
     t0 = time.monotonic()
-    result = fn()
+    try:
+        result = fn()
+    except RuntimeError:
+        check_alive(env)  # a dead server explains the failure better than the generator's error
+        raise
     wall = time.monotonic() - t0
     cores_after = cpu_times()
     ru_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -1217,6 +1233,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{lcol(lite['ttft_c1_p99_ms'], 2)} / {lcol(lite['ttft_c1_max_ms'], 1)} |",
         f"| stream c=64 (20 chunks), streams/s | {fmt(h['stream_c64_per_s'], 0)} | {fmt(d['stream_c64_per_s'], 0)} | "
         f"{lcol(lite['stream_c64_per_s'], 0)} |",
+        f"| failed requests, all runs | {h['errors']} | {d['errors']} | "
+        f"{lite['errors'] if lmeasured else 'not measured'} |",
         f"| server CPU during non-stream c=64 (% of its core) | {fmt(h['sut_cpu_pct_nonstream_c64'], 0)} | "
         f"{fmt(d['sut_cpu_pct_nonstream_c64'], 0)} | {lcol(lite['sut_cpu_pct_nonstream_c64'], 0)} |",
         f"| generator CPU during non-stream c=64 (% of a core) | {fmt(h['gen_cpu_pct_nonstream_c64'], 0)} | "

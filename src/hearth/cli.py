@@ -11,7 +11,8 @@ import typer
 
 from hearth.settings import Settings, load_settings
 
-app = typer.Typer(help="Hearth: self-hosted AI capability service.", no_args_is_help=True)
+app = typer.Typer(help="Hearth: self-hosted AI capability service.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
 
 
 def _settings(config: Path | None) -> Settings:

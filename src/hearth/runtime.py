@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,4 +117,14 @@ async def start_runtime(settings: Settings) -> Runtime:
     gateway._on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
+    _return_startup_garbage_to_os()
     return rt
+
+
+def _return_startup_garbage_to_os() -> None:
+    """Start-up (imports, migrations, config parsing) leaves freed heap that glibc keeps; give it back."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (e.g. musl, macOS): nothing to do
+        pass

@@ -24,3 +24,11 @@ async def test_migrated_schema_has_no_diff_against_table_definitions(database_ur
     finally:
         await engine.dispose()
     assert problems == []
+
+
+def test_head_revision_constant_is_alembics_head() -> None:
+    from alembic.script import ScriptDirectory
+
+    from hearth.store.db import HEAD_REVISION, alembic_config
+
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == HEAD_REVISION
