@@ -80,8 +80,13 @@ async def test_full_endpoint_spills_over_to_the_next_one(fake, fake2, hearth_ser
     assert fake2.stats.requests >= 18
 
 
-async def test_weights_spread_load_in_proportion(fake, fake2, hearth_server, http):
-    server = hearth_server(gateway_registry([_ep("a", fake.base_url, weight=3), _ep("b", fake2.base_url, weight=1)]))
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_weights_spread_load_in_proportion(backend, fake, fake2, hearth_server, http, request):
+    settings: dict[str, Any] = {}
+    if backend == "redis":
+        settings = {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
+    server = hearth_server(gateway_registry([_ep("a", fake.base_url, weight=3), _ep("b", fake2.base_url, weight=1)]),
+                           **settings)
     for _ in range(50):
         await _burst(http, server.base_url, 8)
     a, b = fake.stats.requests, fake2.stats.requests

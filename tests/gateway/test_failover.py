@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from hearth.testing.fake_upstream import FakeBehavior
 from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
 
@@ -24,8 +26,13 @@ async def _chat(http: Any, server: Any, **extra: Any) -> Any:
     return await http.post(server.base_url + "/v1/chat/completions", json=chat_body(**extra), headers=AUTH)
 
 
-async def test_429_fails_over_and_cools_the_endpoint_down_for_retry_after(fake, fake2, hearth_server, http):
-    server = hearth_server(_pool(fake, fake2))
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_429_fails_over_and_cools_the_endpoint_down_for_retry_after(backend, fake, fake2, hearth_server, http,
+                                                                         request):
+    settings: dict[str, Any] = {}
+    if backend == "redis":
+        settings = {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
+    server = hearth_server(_pool(fake, fake2), **settings)
     fake.script(FakeBehavior(status=429, retry_after=1))
     r = await _chat(http, server)
     assert r.status_code == 200 and r.headers["x-hearth-endpoint"] == "b"
