@@ -9,7 +9,7 @@ from pathlib import Path
 from sqlalchemy import inspect, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hearth.store.db import create_engine, migrate
+from hearth.store.db import HEAD_REVISION, create_engine, migrate
 from hearth.store.tables import meta, metadata
 
 
@@ -28,7 +28,7 @@ async def test_migrate_creates_every_table(database_url: str) -> None:
     try:
         await migrate(engine)
         assert set(metadata.tables) | {"alembic_version"} <= await table_names(engine)
-        assert await alembic_versions(engine) == ["0001"]
+        assert await alembic_versions(engine) == [HEAD_REVISION]
     finally:
         await engine.dispose()
 
@@ -42,7 +42,7 @@ async def test_migrating_twice_is_a_noop(database_url: str) -> None:
         tables = await table_names(engine)
         await migrate(engine)
         assert await table_names(engine) == tables
-        assert await alembic_versions(engine) == ["0001"]
+        assert await alembic_versions(engine) == [HEAD_REVISION]
         async with engine.connect() as conn:
             assert (await conn.execute(select(meta.c.value).where(meta.c.key == "marker"))).scalar() == "kept"
     finally:
@@ -55,7 +55,7 @@ async def test_concurrent_migrations_on_a_fresh_postgres_database_all_succeed(po
         results = await asyncio.gather(*(migrate(e) for e in engines), return_exceptions=True)
         assert [r for r in results if isinstance(r, BaseException)] == []
         assert set(metadata.tables) <= await table_names(engines[0])
-        assert await alembic_versions(engines[0]) == ["0001"]
+        assert await alembic_versions(engines[0]) == [HEAD_REVISION]
     finally:
         for e in engines:
             await e.dispose()

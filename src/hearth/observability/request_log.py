@@ -44,6 +44,13 @@ class RequestLogRecord:
     latency_ms: float
     ttft_ms: float | None
     end_user: str | None
+    tenant: str | None = None
+    client_ip: str | None = None
+    scene: str | None = None
+    fallback_used: bool = False
+    attempted_models: list[str] | None = None
+    effective_max_tokens: int | None = None
+    estimated_cost: float | None = None
 
 
 _FIELDS = tuple(f.name for f in fields(RequestLogRecord))
@@ -115,7 +122,8 @@ class RequestLogWriter:
                 "failed_batches": self.failed_batches}
 
 
-_FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id", "route", "end_user")
+_FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id", "route", "end_user", "tenant",
+            "scene")
 
 
 async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since: datetime | None,

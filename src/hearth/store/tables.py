@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 metadata = MetaData()
@@ -100,7 +101,58 @@ callers = Table(
     Column("key_prefix", String(16), nullable=False),
     Column("enabled", Boolean, nullable=False, default=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # 0002: governance
+    Column("allowed_models", JSON, nullable=True),  # null = any model
+    Column("allowed_scenes", JSON, nullable=True),  # null = any scene
+    Column("default_scene", String(128), nullable=True),
+    Column("signing_key_enc", Text, nullable=True),
+    Column("require_signature", Boolean, nullable=False, default=False),
+    Column("limits", JSON, nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=True),
 )
+
+# owner: hearth.registry.store — business purposes with model rules
+scenes = Table(
+    "scenes", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("default_model", String(128), nullable=False),
+    Column("allowed_models", JSON, nullable=False),
+    Column("max_tokens_cap", Integer, nullable=True),
+    Column("fallback_models", JSON, nullable=False),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# owner: hearth.registry.store — budget rules (limits per caller, tenant or user and period)
+budgets = Table(
+    "budgets", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("caller", String(128), nullable=False),  # a caller name or "*"
+    Column("scope", String(16), nullable=False),  # caller | tenant | user
+    Column("subject", String(256), nullable=False),  # for tenant/user: an id, or "*" = each one
+    Column("period", String(16), nullable=False),  # day | month | total
+    Column("unit", String(16), nullable=False),  # money | tokens
+    Column("limit_amount", BigInteger, nullable=False),  # micro-units of currency, or tokens
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# owner: hearth.budgets.ledger — the authoritative record of reservations and settlements
+budget_ledger = Table(
+    "budget_ledger", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("call_id", String(64), nullable=False),
+    Column("budget", String(128), nullable=False),
+    Column("counter_key", String(512), nullable=False),
+    Column("kind", String(16), nullable=False),  # reserve | settle
+    Column("amount", BigInteger, nullable=False),  # reserve: reserved; settle: charged
+    Column("refund", BigInteger, nullable=False, default=0),  # settle: reserved - charged
+    Column("overrun", BigInteger, nullable=False, default=0),  # settle: actual beyond the reservation, not charged
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("call_id", "counter_key", "kind", name="uq_budget_ledger_call_counter_kind"),
+)
+Index("ix_budget_ledger_counter", budget_ledger.c.counter_key)
 
 # owner: hearth.observability.request_log
 request_logs = Table(
@@ -124,6 +176,14 @@ request_logs = Table(
     Column("latency_ms", Float, nullable=False, default=0.0),
     Column("ttft_ms", Float, nullable=True),
     Column("end_user", String(256), nullable=True),
+    # 0002: governance
+    Column("tenant", String(256), nullable=True),
+    Column("client_ip", String(64), nullable=True),
+    Column("scene", String(128), nullable=True),
+    Column("fallback_used", Boolean, nullable=False, default=False),
+    Column("attempted_models", JSON, nullable=True),
+    Column("effective_max_tokens", Integer, nullable=True),
+    Column("estimated_cost", Float, nullable=True),
 )
 Index("ix_request_logs_created_at", request_logs.c.created_at)
 Index("ix_request_logs_caller_created", request_logs.c.caller, request_logs.c.created_at)
