@@ -1,7 +1,9 @@
 """Callers: internal applications identified by an API key that is stored only as a SHA-256 hash.
 
 This module owns the ``callers`` table. Keys are high-entropy random tokens, so a plain SHA-256
-(not a slow password hash) is the right tool: it keeps authentication a dictionary lookup.
+(not a slow password hash) is the right tool: it keeps authentication a dictionary lookup. A key
+is shown once, when created or rotated; afterwards only its prefix is listed. A caller's request
+signing key (HMAC) must be recoverable, so it is encrypted with the key vault instead.
 """
 
 from __future__ import annotations
@@ -9,14 +11,18 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hearth.registry.snapshot import Caller
+from hearth.registry.config import CallerLimitsSpec, CallerSpec
+from hearth.registry.key_vault import KeyVault, KeyVaultError
+from hearth.registry.snapshot import Caller, CallerLimits, LimitSet
 from hearth.store.tables import callers
 
 KEY_PREFIX = "hk-"
+_CONTEXT = "caller-signing:"
 
 
 def hash_key(key: str) -> str:
@@ -27,29 +33,105 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-async def upsert_caller(conn: AsyncConnection, name: str, key: str | None, enabled: bool) -> str | None:
-    """Create or update a caller; ``key=None`` keeps the stored key.
+def _policy_values(spec: CallerSpec) -> dict[str, Any]:
+    return {"enabled": spec.enabled, "allowed_models": spec.allowed_models, "allowed_scenes": spec.allowed_scenes,
+            "default_scene": spec.default_scene, "require_signature": spec.require_signature,
+            "limits": spec.limits.model_dump()}
+
+
+async def upsert_caller(conn: AsyncConnection, spec: CallerSpec, vault: KeyVault) -> str | None:
+    """Create or update a caller; ``key``/``signing_key`` None keeps the stored ones.
 
     Returns ``"created"``, ``"updated"`` or None when nothing changed.
     """
-    row = (await conn.execute(select(callers).where(callers.c.name == name))).mappings().first()
+    row = (await conn.execute(select(callers).where(callers.c.name == spec.name))).mappings().first()
     now = datetime.now(UTC)
+    values = _policy_values(spec)
+    if spec.signing_key is not None:
+        stored = row["signing_key_enc"] if row is not None else None
+        if stored is None or _decrypt_or_none(vault, stored, spec.name) != spec.signing_key:
+            values["signing_key_enc"] = vault.encrypt(spec.signing_key, _CONTEXT + spec.name)
     if row is None:
-        if key is None:
-            raise ValueError(f"caller {name!r} is new and needs a key")
+        if spec.key is None:
+            raise ValueError(f"caller {spec.name!r} is new and needs a key")
         await conn.execute(callers.insert().values(
-            name=name, key_hash=hash_key(key), key_prefix=key[:6], enabled=enabled, created_at=now))
+            name=spec.name, key_hash=hash_key(spec.key), key_prefix=spec.key[:6], created_at=now, updated_at=now,
+            **values))
         return "created"
-    values: dict[str, object] = {}
-    if key is not None and row["key_hash"] != hash_key(key):
-        values.update(key_hash=hash_key(key), key_prefix=key[:6])
-    if row["enabled"] != enabled:
-        values["enabled"] = enabled
-    if values:
-        await conn.execute(callers.update().where(callers.c.name == name).values(**values))
-    return "updated" if values else None
+    if spec.key is not None and row["key_hash"] != hash_key(spec.key):
+        values.update(key_hash=hash_key(spec.key), key_prefix=spec.key[:6], revoked_at=None)
+    diff = {k: v for k, v in values.items() if row[k] != v}
+    if not diff:
+        return None
+    await conn.execute(callers.update().where(callers.c.name == spec.name).values(updated_at=now, **diff))
+    return "updated"
 
 
-async def load_callers(conn: AsyncConnection) -> dict[str, Caller]:
-    rows = (await conn.execute(select(callers))).mappings().all()
-    return {r["key_hash"]: Caller(name=r["name"], enabled=r["enabled"]) for r in rows}
+def _decrypt_or_none(vault: KeyVault, token: str, name: str) -> str | None:
+    try:
+        return vault.decrypt(token, _CONTEXT + name)
+    except KeyVaultError:
+        return None
+
+
+def _limits(raw: Any) -> CallerLimits:
+    spec = CallerLimitsSpec.model_validate(raw or {})
+    return CallerLimits(**{k: LimitSet(**v.model_dump()) for k, v in spec})
+
+
+def _caller(row: Any, vault: KeyVault) -> Caller:
+    signing = _decrypt_or_none(vault, row["signing_key_enc"], row["name"]) if row["signing_key_enc"] else None
+    return Caller(
+        name=row["name"], enabled=bool(row["enabled"]) and row["revoked_at"] is None,
+        allowed_models=frozenset(row["allowed_models"]) if row["allowed_models"] is not None else None,
+        allowed_scenes=frozenset(row["allowed_scenes"]) if row["allowed_scenes"] is not None else None,
+        default_scene=row["default_scene"], signing_key=signing, require_signature=bool(row["require_signature"]),
+        limits=_limits(row["limits"]))
+
+
+async def load_callers(conn: AsyncConnection, vault: KeyVault) -> tuple[dict[str, Caller], dict[str, Caller]]:
+    """Callers by key hash (for authentication) and by name (for shared-token mode)."""
+    by_hash: dict[str, Caller] = {}
+    by_name: dict[str, Caller] = {}
+    for row in (await conn.execute(select(callers))).mappings():
+        caller = _caller(row, vault)
+        by_hash[row["key_hash"]] = caller
+        by_name[row["name"]] = caller
+    return by_hash, by_name
+
+
+# ---- key management (CLI `hearth keys`, admin API) ---------------------------------------------
+
+async def create_caller(conn: AsyncConnection, spec: CallerSpec, vault: KeyVault) -> str:
+    """Create a caller with a fresh key; returns the key (the only time it is ever shown)."""
+    if (await conn.execute(select(callers.c.name).where(callers.c.name == spec.name))).first() is not None:
+        raise ValueError(f"caller {spec.name!r} already exists")
+    key = new_key()
+    await upsert_caller(conn, spec.model_copy(update={"key": key}), vault)
+    return key
+
+
+async def rotate_key(conn: AsyncConnection, name: str) -> str | None:
+    """Replace a caller's key (the old one stops working at once); None if no such caller."""
+    key = new_key()
+    result = await conn.execute(callers.update().where(callers.c.name == name).values(
+        key_hash=hash_key(key), key_prefix=key[:6], revoked_at=None, updated_at=datetime.now(UTC)))
+    return key if result.rowcount else None
+
+
+async def revoke(conn: AsyncConnection, name: str) -> bool:
+    now = datetime.now(UTC)
+    result = await conn.execute(callers.update().where(callers.c.name == name).values(revoked_at=now, updated_at=now))
+    return bool(result.rowcount)
+
+
+async def list_callers(conn: AsyncConnection) -> list[dict[str, Any]]:
+    rows = (await conn.execute(select(callers).order_by(callers.c.name))).mappings().all()
+    out = []
+    for r in rows:
+        out.append({"name": r["name"], "key_prefix": r["key_prefix"], "enabled": r["enabled"],
+                    "revoked": r["revoked_at"] is not None, "allowed_models": r["allowed_models"],
+                    "allowed_scenes": r["allowed_scenes"], "default_scene": r["default_scene"],
+                    "require_signature": r["require_signature"], "has_signing_key": r["signing_key_enc"] is not None,
+                    "limits": r["limits"], "created_at": r["created_at"]})
+    return out

@@ -82,9 +82,72 @@ class PriceSpec(_Strict):
     currency: str = "USD"
 
 
+class LimitSetSpec(_Strict):
+    """Limits for one subject (0 = unlimited). ``stream_concurrency`` counts streaming generations."""
+
+    rpm: int = Field(default=0, ge=0)
+    tpm: int = Field(default=0, ge=0)
+    concurrency: int = Field(default=0, ge=0)
+    stream_concurrency: int = Field(default=0, ge=0)
+
+
+def _default_user_limits() -> LimitSetSpec:
+    return LimitSetSpec(stream_concurrency=1)
+
+
+class CallerLimitsSpec(_Strict):
+    """Limits applied to the caller as a whole, to each tenant, each end user and each client IP."""
+
+    caller: LimitSetSpec = Field(default_factory=LimitSetSpec)
+    tenant: LimitSetSpec = Field(default_factory=LimitSetSpec)
+    user: LimitSetSpec = Field(default_factory=_default_user_limits)
+    ip: LimitSetSpec = Field(default_factory=LimitSetSpec)
+
+
 class CallerSpec(_Strict):
+    """An internal application. ``key``/``signing_key`` omitted → the stored ones are kept."""
+
     name: str = Field(pattern=_NAME)
     key: str | None = Field(default=None, min_length=8, repr=False)
+    enabled: bool = True
+    allowed_models: list[str] | None = None
+    allowed_scenes: list[str] | None = None
+    default_scene: str | None = None
+    signing_key: str | None = Field(default=None, min_length=16, repr=False)
+    require_signature: bool = False
+    limits: CallerLimitsSpec = Field(default_factory=CallerLimitsSpec)
+
+
+class SceneSpec(_Strict):
+    """A business purpose: its default model, which models it may use, a max_tokens cap, fallbacks."""
+
+    name: str = Field(pattern=_NAME)
+    default_model: str
+    allowed_models: list[str] = Field(default_factory=list)
+    max_tokens_cap: int | None = Field(default=None, ge=1)
+    fallback_models: list[str] = Field(default_factory=list)
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _default_is_allowed(self) -> SceneSpec:
+        if self.default_model not in self.allowed_models:
+            self.allowed_models = [self.default_model, *self.allowed_models]
+        return self
+
+
+class BudgetSpec(_Strict):
+    """A hard spending limit. ``subject: "*"`` gives *each* tenant/user of the caller its own budget.
+
+    ``limit`` is in the price table's currency for ``unit: money`` and in tokens for ``unit: tokens``.
+    """
+
+    name: str = Field(pattern=_NAME)
+    caller: str = "*"
+    scope: Literal["caller", "tenant", "user"] = "caller"
+    subject: str = "*"
+    period: Literal["day", "month", "total"] = "day"
+    unit: Literal["money", "tokens"] = "money"
+    limit: float = Field(ge=0)
     enabled: bool = True
 
 
@@ -97,13 +160,15 @@ class RegistrySpec(BaseModel):
     models: list[ModelSpec] = Field(default_factory=list)
     prices: list[PriceSpec] = Field(default_factory=list)
     callers: list[CallerSpec] = Field(default_factory=list)
+    scenes: list[SceneSpec] = Field(default_factory=list)
+    budgets: list[BudgetSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> RegistrySpec:
         """Names must be unique and references must point inside the file or be checked later."""
         for label, items in (("provider", self.providers), ("quota group", self.quota_groups),
                              ("endpoint", self.endpoints), ("model", self.models),
-                             ("caller", self.callers)):
+                             ("caller", self.callers), ("scene", self.scenes), ("budget", self.budgets)):
             seen: set[str] = set()
             for item in items:
                 if item.name in seen:

@@ -62,9 +62,55 @@ class Price:
 
 
 @dataclass(slots=True, frozen=True)
+class LimitSet:
+    rpm: int = 0
+    tpm: int = 0
+    concurrency: int = 0
+    stream_concurrency: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class CallerLimits:
+    caller: LimitSet = LimitSet()
+    tenant: LimitSet = LimitSet()
+    user: LimitSet = LimitSet(stream_concurrency=1)
+    ip: LimitSet = LimitSet()
+
+
+@dataclass(slots=True, frozen=True)
 class Caller:
     name: str
     enabled: bool = True
+    allowed_models: frozenset[str] | None = None
+    allowed_scenes: frozenset[str] | None = None
+    default_scene: str | None = None
+    signing_key: str | None = field(default=None, repr=False)
+    require_signature: bool = False
+    limits: CallerLimits = CallerLimits()
+
+
+@dataclass(slots=True, frozen=True)
+class Scene:
+    name: str
+    default_model: str
+    allowed_models: frozenset[str]
+    max_tokens_cap: int | None = None
+    fallback_models: tuple[str, ...] = ()
+    enabled: bool = True
+
+
+MICRO = 1_000_000  # money amounts are integers in millionths of the currency unit
+
+
+@dataclass(slots=True, frozen=True)
+class Budget:
+    name: str
+    caller: str
+    scope: str  # caller | tenant | user
+    subject: str  # an id, or "*" for each
+    period: str  # day | month | total
+    unit: str  # money (micro-units) | tokens
+    limit: int
 
 
 @dataclass(slots=True)
@@ -74,6 +120,9 @@ class Registry:
     models: dict[str, Model] = field(default_factory=dict)
     prices: dict[str, Price] = field(default_factory=dict)
     callers_by_key_hash: dict[str, Caller] = field(default_factory=dict)
+    callers_by_name: dict[str, Caller] = field(default_factory=dict)
+    scenes: dict[str, Scene] = field(default_factory=dict)
+    budgets: tuple[Budget, ...] = ()
     created_at: int = 0
 
     def price_for(self, endpoint: Endpoint, public_model: str) -> Price | None:

@@ -19,8 +19,21 @@ from hearth.auth.callers import load_callers, upsert_caller
 from hearth.errors import HearthError
 from hearth.registry.config import RegistrySpec
 from hearth.registry.key_vault import KeyVault, KeyVaultError, mask_key
-from hearth.registry.snapshot import Endpoint, Model, Price, QuotaGroup, Registry
-from hearth.store.tables import endpoints, meta, model_pool_members, models, prices, providers, quota_groups
+from hearth.registry.snapshot import MICRO, Budget, Endpoint, Model, Price, QuotaGroup, Registry, Scene
+from hearth.store.tables import (
+    budgets,
+    endpoints,
+    meta,
+    model_pool_members,
+    models,
+    prices,
+    providers,
+    quota_groups,
+    scenes,
+)
+from hearth.store.tables import (
+    callers as callers_table,
+)
 
 _DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com/v1",
                       "simulated": "simulated://local"}
@@ -103,9 +116,18 @@ async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVaul
         for pr in spec.prices:
             await _upsert(conn, prices, {"model": pr.model}, pr.model_dump(exclude={"model"}),
                           f"price:{pr.model}", report)
+        for sc in spec.scenes:
+            for model_name in sorted({sc.default_model, *sc.allowed_models, *sc.fallback_models}):
+                await _check_exists(conn, models, model_name, "model", sc.name)
+            await _upsert(conn, scenes, {"name": sc.name},
+                          {"default_model": sc.default_model, "allowed_models": sc.allowed_models,
+                           "max_tokens_cap": sc.max_tokens_cap, "fallback_models": sc.fallback_models,
+                           "enabled": sc.enabled}, f"scene:{sc.name}", report)
         for c in spec.callers:
+            if c.default_scene is not None:
+                await _check_exists(conn, scenes, c.default_scene, "scene", c.name)
             try:
-                outcome = await upsert_caller(conn, c.name, c.key, c.enabled)
+                outcome = await upsert_caller(conn, c, vault)
             except ValueError as exc:
                 raise HearthError("invalid_request", str(exc)) from exc
             if outcome == "created":
@@ -114,6 +136,13 @@ async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVaul
                 report.updated.append(f"caller:{c.name}")
             else:
                 report.unchanged += 1
+        for b in spec.budgets:
+            if b.caller != "*":
+                await _check_exists(conn, callers_table, b.caller, "caller", b.name)
+            limit = round(b.limit * MICRO) if b.unit == "money" else round(b.limit)
+            await _upsert(conn, budgets, {"name": b.name},
+                          {"caller": b.caller, "scope": b.scope, "subject": b.subject, "period": b.period,
+                           "unit": b.unit, "limit_amount": limit, "enabled": b.enabled}, f"budget:{b.name}", report)
         if report.changed:
             await bump_version(conn)
     return report
@@ -183,9 +212,17 @@ async def load_registry(engine: AsyncEngine, vault: KeyVault) -> Registry:
         prs = {r["model"]: Price(model=r["model"], input_per_1m=r["input_per_1m"],
                                  output_per_1m=r["output_per_1m"], currency=r["currency"])
                for r in (await conn.execute(select(prices))).mappings()}
-        callers = await load_callers(conn)
-    return Registry(version=version, endpoints=eps, models=mods, prices=prs, callers_by_key_hash=callers,
-                    created_at=int(time.time()))
+        by_hash, by_name = await load_callers(conn, vault)
+        scns = {r["name"]: Scene(name=r["name"], default_model=r["default_model"],
+                                 allowed_models=frozenset(r["allowed_models"]), max_tokens_cap=r["max_tokens_cap"],
+                                 fallback_models=tuple(r["fallback_models"]), enabled=r["enabled"])
+                for r in (await conn.execute(select(scenes))).mappings()}
+        bdgs = tuple(Budget(name=r["name"], caller=r["caller"], scope=r["scope"], subject=r["subject"],
+                            period=r["period"], unit=r["unit"], limit=r["limit_amount"])
+                     for r in (await conn.execute(select(budgets).order_by(budgets.c.name))).mappings()
+                     if r["enabled"])
+    return Registry(version=version, endpoints=eps, models=mods, prices=prs, callers_by_key_hash=by_hash,
+                    callers_by_name=by_name, scenes=scns, budgets=bdgs, created_at=int(time.time()))
 
 
 async def set_endpoint_enabled(engine: AsyncEngine, name: str, enabled: bool, reason: str | None) -> bool:
@@ -201,7 +238,7 @@ async def set_endpoint_enabled(engine: AsyncEngine, name: str, enabled: bool, re
 
 async def list_rows(engine: AsyncEngine, table_name: str) -> list[dict[str, Any]]:
     table = {"providers": providers, "quota_groups": quota_groups, "endpoints": endpoints,
-             "models": models, "prices": prices}[table_name]
+             "models": models, "prices": prices, "scenes": scenes, "budgets": budgets}[table_name]
     async with engine.connect() as conn:
         rows = [dict(r) for r in (await conn.execute(select(table))).mappings()]
         if table_name == "models":
