@@ -29,6 +29,19 @@ class Scope:
     tpm: int = 0
 
 
+@dataclass(slots=True, frozen=True)
+class BudgetCharge:
+    """Reserve ``amount`` on the counter ``key`` if it stays within ``limit`` (tokens or micro-money).
+
+    ``ttl_s`` lets a period's counter expire some time after the period ends (0 = never).
+    """
+
+    key: str
+    limit: int
+    amount: int
+    ttl_s: float = 0.0
+
+
 @dataclass(slots=True)
 class Lease:
     lease_id: str
@@ -36,12 +49,13 @@ class Lease:
     tokens: int
     window: int  # the minute window in which TPM/RPM were counted
     released: bool = False
+    budgets: tuple[BudgetCharge, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
 class Refusal:
     scope: str
-    limit: str  # concurrency | rpm | tpm | cooldown
+    limit: str  # concurrency | rpm | tpm | cooldown | budget
     retry_after_s: float = 0.0
 
 
@@ -64,9 +78,30 @@ class StateBackend(Protocol):
     name: str
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = ()) -> AcquireResult: ...
+                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = ()) -> AcquireResult:
+        """All scopes and all budget charges are taken together, or nothing is."""
+        ...
 
-    async def release(self, lease: Lease, actual_tokens: int | None = None) -> None: ...
+    async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
+        """Free the concurrency slots and correct TPM; budget reservations are *not* touched here."""
+        ...
+
+    async def settle(self, call_id: str, charges: tuple[BudgetCharge, ...], refunds: tuple[int, ...],
+                     marker_ttl_s: float) -> bool:
+        """Give back ``refunds[i]`` on ``charges[i]``, once per ``call_id``; True if this call did it."""
+        ...
+
+    async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
+        """Current values of budget counters (0 if absent)."""
+        ...
+
+    async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
+        """Set a budget counter only if it does not exist (rebuilding from the ledger); True if set."""
+        ...
+
+    async def claim_once(self, key: str, ttl_s: float) -> bool:
+        """True the first time ``key`` is claimed within ``ttl_s`` (request nonces)."""
+        ...
 
     async def wait_for_release(self, timeout_s: float) -> None:
         """Sleep until some lease may have been released (or the timeout passes)."""

@@ -1,6 +1,6 @@
 """In-process state backend: exact and atomic because a single event loop runs it.
 
-Only valid for one process; :mod:`hearth.app` refuses to start several processes with it.
+Only valid for one process; :mod:`hearth.state.factory` refuses to start several processes with it.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections import defaultdict
 
-from hearth.state.base import AcquireResult, Lease, Refusal, Scope, ScopeUsage, minute_window
+from hearth.state.base import AcquireResult, BudgetCharge, Lease, Refusal, Scope, ScopeUsage, minute_window
 
 
 class MemoryState:
@@ -20,7 +20,16 @@ class MemoryState:
         self._rpm: dict[tuple[str, int], int] = defaultdict(int)
         self._tpm: dict[tuple[str, int], int] = defaultdict(int)
         self._cooldowns: dict[str, float] = {}
+        self._counters: dict[str, int] = {}
+        self._expiring: dict[str, float] = {}  # counters and one-shot markers with an expiry
         self._released = asyncio.Event()
+        self._settles = 0
+
+    def _sweep(self, now: float) -> None:
+        """Drop expired counters and settle markers (otherwise one marker per call would pile up)."""
+        for key in [k for k, until in self._expiring.items() if until <= now]:
+            del self._expiring[key]
+            self._counters.pop(key, None)
 
     def _expire(self, scope: str, now: float) -> dict[str, float]:
         held = self._leases[scope]
@@ -30,8 +39,16 @@ class MemoryState:
                 del held[k]
         return held
 
+    def _live(self, key: str, now: float) -> bool:
+        until = self._expiring.get(key)
+        if until is not None and until <= now:
+            del self._expiring[key]
+            self._counters.pop(key, None)
+            return False
+        return key in self._counters
+
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = ()) -> AcquireResult:
+                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = ()) -> AcquireResult:
         now = time.time()
         for key in cooldown_keys:
             until = self._cooldowns.get(key)
@@ -49,6 +66,10 @@ class MemoryState:
                 used = self._tpm[(s.key, window)]
                 if used > 0 and used + tokens > s.tpm:
                     return AcquireResult(refusal=Refusal(s.key, "tpm", (window + 1) * 60 - now))
+        for b in budgets:
+            used = self._counters[b.key] if self._live(b.key, now) else 0
+            if used + b.amount > b.limit:
+                return AcquireResult(refusal=Refusal(b.key, "budget", 0.0))
         expiry = now + ttl_s
         for s in scopes:
             if s.max_concurrency:
@@ -57,8 +78,14 @@ class MemoryState:
                 self._rpm[(s.key, window)] += 1
             if s.tpm:
                 self._tpm[(s.key, window)] += tokens
+        for b in budgets:
+            if not self._live(b.key, now):
+                self._counters[b.key] = 0
+                if b.ttl_s:
+                    self._expiring[b.key] = now + b.ttl_s
+            self._counters[b.key] += b.amount
         self._gc_windows(window)
-        return AcquireResult(lease=Lease(lease_id, scopes, tokens, window))
+        return AcquireResult(lease=Lease(lease_id, scopes, tokens, window, budgets=budgets))
 
     def _gc_windows(self, window: int) -> None:
         if len(self._rpm) + len(self._tpm) > 4096:
@@ -78,6 +105,38 @@ class MemoryState:
                 self._tpm[k] = max(0, self._tpm[k] + actual_tokens - lease.tokens)
         self._released.set()
         self._released = asyncio.Event()
+
+    async def settle(self, call_id: str, charges: tuple[BudgetCharge, ...], refunds: tuple[int, ...],
+                     marker_ttl_s: float) -> bool:
+        now = time.time()
+        marker = f"settled:{call_id}"
+        self._settles += 1
+        if self._settles % 4096 == 0:
+            self._sweep(now)
+        if self._live(marker, now):
+            return False
+        self._counters[marker] = 1
+        self._expiring[marker] = now + marker_ttl_s
+        for charge, refund in zip(charges, refunds, strict=True):
+            if refund > 0 and self._live(charge.key, now):
+                self._counters[charge.key] = max(0, self._counters[charge.key] - refund)
+        return True
+
+    async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
+        now = time.time()
+        return tuple(self._counters[k] if self._live(k, now) else 0 for k in keys)
+
+    async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
+        now = time.time()
+        if self._live(key, now):
+            return False
+        self._counters[key] = value
+        if ttl_s:
+            self._expiring[key] = now + ttl_s
+        return True
+
+    async def claim_once(self, key: str, ttl_s: float) -> bool:
+        return await self.seed_counter(f"once:{key}", 1, ttl_s)
 
     async def wait_for_release(self, timeout_s: float) -> None:
         try:

@@ -13,7 +13,16 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from hearth.state.base import AcquireResult, Lease, Refusal, Scope, ScopeUsage, StateUnavailable, minute_window
+from hearth.state.base import (
+    AcquireResult,
+    BudgetCharge,
+    Lease,
+    Refusal,
+    Scope,
+    ScopeUsage,
+    StateUnavailable,
+    minute_window,
+)
 
 _LUA = Path(__file__).parent / "lua"
 
@@ -27,27 +36,36 @@ class RedisState:
         self._p = prefix
         self._acquire = self._redis.register_script((_LUA / "acquire.lua").read_text())
         self._release = self._redis.register_script((_LUA / "release.lua").read_text())
+        self._settle = self._redis.register_script((_LUA / "settle.lua").read_text())
 
     def _k(self, kind: str, key: str, window: int | None = None) -> str:
         return f"{self._p}{kind}:{key}" if window is None else f"{self._p}{kind}:{key}:{window}"
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = ()) -> AcquireResult:
+                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = ()) -> AcquireResult:
         keys: list[str] = []
-        args: list[str | int] = [lease_id, int(ttl_s * 1000), tokens, len(scopes)]
+        args: list[str | int] = [lease_id, int(ttl_s * 1000), tokens, len(scopes), len(budgets)]
         for s in scopes:
             keys += [self._k("c", s.key), self._k("r", s.key), self._k("t", s.key)]
             args += [s.max_concurrency, s.rpm, s.tpm]
+        for b in budgets:
+            keys.append(self._k("b", b.key))
+            args += [b.limit, b.amount, int(b.ttl_s * 1000)]
         keys += [self._k("cd", k) for k in cooldown_keys]
         try:
             res = await self._acquire(keys=keys, args=args)
         except RedisError as exc:
             raise StateUnavailable(str(exc)) from exc
         if int(res[0]) == 1:
-            return AcquireResult(lease=Lease(lease_id, scopes, tokens, int(res[1])))
+            return AcquireResult(lease=Lease(lease_id, scopes, tokens, int(res[1]), budgets=budgets))
         idx, limit, wait_ms = int(res[1]), res[2], float(res[3])
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)
-        scope = cooldown_keys[idx - 3 * len(scopes) - 1] if limit == "cooldown" else scopes[idx - 1].key
+        if limit == "cooldown":
+            scope = cooldown_keys[idx - 3 * len(scopes) - len(budgets) - 1]
+        elif limit == "budget":
+            scope = budgets[idx - 3 * len(scopes) - 1].key
+        else:
+            scope = scopes[idx - 1].key
         return AcquireResult(refusal=Refusal(scope, limit, wait_ms / 1000))
 
     async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
@@ -65,6 +83,39 @@ class RedisState:
         except RedisError as exc:
             # The lease expires by its TTL; nothing is lost but capacity until then.
             raise StateUnavailable(str(exc)) from exc
+
+    async def settle(self, call_id: str, charges: tuple[BudgetCharge, ...], refunds: tuple[int, ...],
+                     marker_ttl_s: float) -> bool:
+        keys = [self._k("settled", call_id), *(self._k("b", c.key) for c in charges)]
+        try:
+            done = await self._settle(keys=keys, args=[max(1, int(marker_ttl_s * 1000)), *refunds])
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return bool(int(done))
+
+    async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
+        if not keys:
+            return ()
+        try:
+            values = await self._redis.mget([self._k("b", k) for k in keys])
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return tuple(int(v or 0) for v in values)
+
+    async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
+        try:
+            done = await self._redis.set(self._k("b", key), value, nx=True,
+                                         px=int(ttl_s * 1000) if ttl_s else None)
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return bool(done)
+
+    async def claim_once(self, key: str, ttl_s: float) -> bool:
+        try:
+            done = await self._redis.set(self._k("once", key), "1", nx=True, px=max(1, int(ttl_s * 1000)))
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return bool(done)
 
     async def wait_for_release(self, timeout_s: float) -> None:
         await asyncio.sleep(min(timeout_s, 0.005 + random.random() * 0.015))
