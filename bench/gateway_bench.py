@@ -383,6 +383,21 @@ def hearth_version() -> str | None:
     return out.stdout.strip() or None
 
 
+def source_fingerprint() -> dict[str, Any]:
+    """sha256 over src/hearth/**/*.py (path + content) and the newest mtime: which code was measured."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    newest = 0.0
+    files = sorted((ROOT / "src" / "hearth").rglob("*.py"))
+    for f in files:
+        with contextlib.suppress(OSError):
+            digest.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+            newest = max(newest, f.stat().st_mtime)
+    return {"sha256": digest.hexdigest()[:16], "files": len(files),
+            "newest_mtime_utc": datetime.fromtimestamp(newest, UTC).strftime("%Y-%m-%d %H:%M:%S") if newest else None}
+
+
 def hearth_argv() -> list[str]:
     exe = ROOT / ".venv" / "bin" / "hearth"
     if exe.exists():
@@ -834,6 +849,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     results: dict[str, Any] = {
         "stamp": stamp, "machine": machine_info(), "hearth_version": hearth_version(),
+        "hearth_source": source_fingerprint(),
         "config": {"duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
                    "state_backend": args.state, "generator": generator, "sut_cpus": args.sut_cpus,
                    "upstream_cpus": args.upstream_cpus, "gen_cpus": args.gen_cpus, "chunks": CHUNKS,
@@ -993,6 +1009,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(tmp, ignore_errors=True)
 
     results["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    end_source = source_fingerprint()
+    if end_source["sha256"] != results["hearth_source"]["sha256"]:
+        results["hearth_source"]["changed_during_run_to"] = end_source
+        log("note: src/hearth changed while this run was in progress (the Hearth processes run the code as it "
+            "was when they started)")
     results["summary"] = summarize(results)
     json_path = RESULTS / f"{stamp}.json"
     json_path.write_text(json.dumps(results, indent=2))
@@ -1207,7 +1228,9 @@ def markdown(results: dict[str, Any]) -> str:
 
     out = [
         f"Run {results['stamp']} — {m['date_utc']}, {m['nproc']} CPUs ({m['cpu_model']}), kernel {m['kernel']}, "
-        f"Python {m['python']}, Hearth {results.get('hearth_version')}, "
+        f"Python {m['python']}, Hearth {results.get('hearth_version')} "
+        f"(src sha256 {results['hearth_source']['sha256']}, newest file "
+        f"{results['hearth_source']['newest_mtime_utc']} UTC), "
         f"LiteLLM {lv or 'not measured'}; generator {c['generator']} ({c.get('wrk', '')}); "
         f"{c['duration_s']} s per run after {c['warmup_s']} s warm-up, median of {c['rounds']} interleaved rounds; "
         f"state backend {c['state_backend']}; system under test on CPU {c['sut_cpus']}, fake upstream on CPU "

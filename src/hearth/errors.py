@@ -28,12 +28,24 @@ CATALOG: dict[str, ErrorSpec] = {
     "invalid_api_key": ErrorSpec(401, False, "authentication_error", "Incorrect or missing API key."),
     "admin_token_required": ErrorSpec(401, False, "authentication_error", "A valid admin token is required."),
     "forbidden": ErrorSpec(403, False, "permission_error", "Not allowed."),
+    "caller_disabled": ErrorSpec(403, False, "permission_error", "This caller is disabled."),
+    "model_not_allowed": ErrorSpec(403, False, "permission_error", "The model is not allowed here."),
+    "scene_not_allowed": ErrorSpec(403, False, "permission_error", "The scene is not allowed for this caller."),
+    "scene_not_found": ErrorSpec(404, False, "invalid_request_error", "The scene does not exist."),
+    "scene_max_tokens_exceeded": ErrorSpec(400, False, "invalid_request_error", "max_tokens exceeds the scene's cap."),
+    "signature_required": ErrorSpec(401, False, "authentication_error", "This request must be signed."),
+    "signature_invalid": ErrorSpec(401, False, "authentication_error", "The request signature is invalid."),
+    "timestamp_out_of_window": ErrorSpec(401, False, "authentication_error",
+                                         "The request timestamp is outside the allowed window."),
+    "nonce_replayed": ErrorSpec(401, False, "authentication_error", "The request nonce was already used."),
+    "budget_exhausted": ErrorSpec(429, False, "insufficient_quota", "A budget has no room for this call."),
     "model_not_found": ErrorSpec(404, False, "invalid_request_error", "The model does not exist."),
     "not_found": ErrorSpec(404, False, "invalid_request_error", "Not found."),
     "conflict": ErrorSpec(409, False, "invalid_request_error", "Conflict."),
     # capacity
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),
+    "budget_ledger_backlog": ErrorSpec(503, True, "api_error", "Budget records cannot be written fast enough."),
     "no_healthy_endpoint": ErrorSpec(503, True, "api_error", "No healthy endpoint can serve the model now."),
     # upstream
     "upstream_rate_limited": ErrorSpec(429, True, "rate_limit_error", "The upstream provider is rate limiting."),
@@ -44,6 +56,13 @@ CATALOG: dict[str, ErrorSpec] = {
     # ours
     "internal_error": ErrorSpec(500, True, "api_error", "Internal error."),
 }
+
+
+for _subject in ("caller", "tenant", "user", "ip"):
+    for _limit, _what in (("rpm", "requests per minute"), ("tpm", "tokens per minute"),
+                          ("concurrency", "concurrent requests"), ("stream_concurrency", "concurrent streams")):
+        CATALOG[f"{_subject}_{_limit}_exceeded"] = ErrorSpec(
+            429, True, "rate_limit_error", f"The {_subject}'s limit on {_what} is reached.")
 
 
 class HearthError(Exception):

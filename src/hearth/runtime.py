@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.call import Gateway
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
@@ -30,7 +31,7 @@ from hearth.registry.key_vault import KeyVault, load_master_key
 from hearth.registry.snapshot import Endpoint
 from hearth.registry.store import apply_registry, current_version, load_registry, set_endpoint_enabled
 from hearth.settings import Settings, read_config_file
-from hearth.state.base import StateBackend
+from hearth.state.base import StateBackend, StateUnavailable
 from hearth.state.factory import MemoryStateClaim, create_state, refuse_memory_with_workers
 from hearth.store.db import create_engine, migrate
 
@@ -46,6 +47,7 @@ class Runtime:
     session: aiohttp.ClientSession
     log_writer: RequestLogWriter
     gateway: Gateway
+    ledger: BudgetLedger
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -81,6 +83,7 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.log_writer.stop()
+        await self.ledger.stop()
         await self.session.close()
         await self.state.close()
         if self._claim is not None:
@@ -111,11 +114,20 @@ async def start_runtime(settings: Settings) -> Runtime:
     }
     writer = RequestLogWriter(engine, settings.request_log_queue, settings.request_log_batch,
                               settings.request_log_flush_s)
-    gateway = Gateway(settings, state, providers, writer, registry)
+    ledger = BudgetLedger(engine)
+    try:
+        seeded = await ledger.rebuild(state, registry)
+    except StateUnavailable:
+        seeded = 0
+        log.warning("budget_counters_not_rebuilt", reason="state backend unavailable")
+    if seeded:
+        log.info("budget_counters_rebuilt", counters=seeded)
+    gateway = Gateway(settings, state, providers, writer, registry, ledger)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
-                 log_writer=writer, gateway=gateway, _claim=claim)
-    gateway._on_auth_failure = rt.disable_after_auth_failure
+                 log_writer=writer, gateway=gateway, ledger=ledger, _claim=claim)
+    gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
+    ledger.start()
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
     _return_startup_garbage_to_os()
     return rt

@@ -27,6 +27,13 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_prefix: str = "hearth:"
     admin_token: str | None = None
+    internal_token: str | None = Field(default=None, description="shared-token mode: X-Internal-Token")
+    internal_token_caller: str = Field(default="internal", description="caller used by shared-token requests "
+                                       "that do not name one in X-Hearth-Caller")
+    require_signatures: bool = Field(default=False, description="every caller must sign (else per caller)")
+    signature_key: str | None = Field(default=None, description="global HMAC key for callers without their own")
+    signature_window_s: float = Field(default=300.0, gt=0, description="allowed clock skew of X-Timestamp")
+    trust_forwarded_for: bool = Field(default=False, description="take the client IP from X-Forwarded-For")
     master_key: str | None = Field(default=None, description="base64 or hex of 32 bytes; AES-GCM key for provider keys")
     master_key_file: Path = Path("var/master.key")
     log_level: str = "info"
@@ -34,6 +41,7 @@ class Settings(BaseSettings):
 
     request_timeout_s: float = Field(default=120.0, gt=0, description="absolute deadline of one logical call")
     max_attempts: int = Field(default=3, ge=1, le=10, description="endpoints tried per call")
+    limit_wait_s: float = Field(default=3.0, ge=0, description="max wait for a caller/tenant/user concurrency slot")
     admission_wait_s: float = Field(default=10.0, ge=0, description="max wait for a free endpoint slot")
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
     breaker_failures: int = Field(default=3, ge=1, description="consecutive failures that open a circuit")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from typing import Any
 
 import orjson
 from fastapi import Request
 
+from hearth.auth.internal import bearer_token, check_signature, identify_caller
 from hearth.errors import HearthError
 from hearth.registry.snapshot import Caller
 from hearth.runtime import Runtime
@@ -24,37 +24,39 @@ def request_id(request: Request) -> str:
     return rid
 
 
-def _bearer(request: Request) -> str | None:
-    value = request.headers.get("authorization")
-    if not value:
-        return None
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
-
-
 def authenticate_caller(request: Request) -> Caller:
-    """The caller owning the bearer key; 401 ``invalid_api_key`` otherwise (no hint which part failed)."""
-    token = _bearer(request)
-    if token is None:
-        raise HearthError("invalid_api_key", "Missing API key: send `Authorization: Bearer <key>`.")
-    caller = runtime(request).gateway.registry.callers_by_key_hash.get(hashlib.sha256(token.encode()).hexdigest())
-    if caller is None or not caller.enabled:
-        raise HearthError("invalid_api_key", "Incorrect API key provided.")
-    return caller
+    """The calling application (key or shared token), without signature checks (for body-less GETs)."""
+    rt = runtime(request)
+    return identify_caller(request.headers, rt.gateway.registry, rt.settings)
+
+
+async def authenticated_body(request: Request) -> tuple[Caller, bytes]:
+    """The caller and the raw body, with the request signature verified when one is required."""
+    rt = runtime(request)
+    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    raw = await read_body(request)
+    await check_signature(caller, request.scope, raw, request.headers, rt.settings, rt.state)
+    return caller, raw
+
+
+def client_ip(request: Request) -> str | None:
+    if runtime(request).settings.trust_forwarded_for:
+        forwarded = request.headers.get("x-forwarded-for")
+        if forwarded:
+            return forwarded.split(",", 1)[0].strip()[:64] or None
+    return request.client.host if request.client else None
 
 
 def require_admin(request: Request) -> None:
     expected = runtime(request).settings.admin_token
-    token = _bearer(request)
+    token = bearer_token(request.headers)
     if not expected:
         raise HearthError("forbidden", "The admin API is off: set HEARTH_ADMIN_TOKEN to enable it.")
     if token is None or not hmac.compare_digest(token.encode(), expected.encode()):
         raise HearthError("admin_token_required")
 
 
-async def read_json_object(request: Request) -> dict[str, Any]:
+async def read_body(request: Request) -> bytes:
     limit = runtime(request).settings.max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -62,6 +64,14 @@ async def read_json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if len(raw) > limit:
         raise HearthError("request_too_large", details={"max_bytes": limit})
+    return raw
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    return parse_json_object(await read_body(request))
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -13,7 +13,14 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from hearth.api.deps import authenticate_caller, read_json_object, request_id, runtime
+from hearth.api.deps import (
+    authenticate_caller,
+    authenticated_body,
+    client_ip,
+    parse_json_object,
+    request_id,
+    runtime,
+)
 from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai_schemas import (
     ERROR_RESPONSES,
@@ -25,7 +32,9 @@ from hearth.api.openai_schemas import (
     request_body,
 )
 from hearth.errors import HearthError
-from hearth.gateway.call import CallContext
+from hearth.gateway.caller_admission import budget_headers
+from hearth.gateway.context import CallContext
+from hearth.registry.snapshot import Caller
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -60,37 +69,48 @@ def _end_user(request: Request, body: dict[str, Any]) -> str | None:
     return user[:256] if isinstance(user, str) and user else None
 
 
+def _context(request: Request, caller: Caller, body: dict[str, Any], route: str) -> CallContext:
+    tenant = request.headers.get("x-hearth-tenant")
+    return CallContext(request_id=request_id(request), caller=caller, route=route,
+                       end_user=_end_user(request, body), tenant=tenant[:256] if tenant else None,
+                       client_ip=client_ip(request), requested_scene=request.headers.get("x-hearth-scene"))
+
+
 @router.post("/chat/completions", summary="Create a chat completion (stream or not)",
              openapi_extra=request_body(ChatCompletionRequest),
              responses={200: {"model": ChatCompletion, "content": {"text/event-stream": {}}}, **ERROR_RESPONSES})
 async def chat_completions(request: Request) -> Response:
-    caller = authenticate_caller(request)
-    body = await read_json_object(request)
+    caller, raw = await authenticated_body(request)
+    body = parse_json_object(raw)
     validate_chat(body)
     gw = runtime(request).gateway
-    ctx = CallContext(request_id=request_id(request), caller=caller.name, route="chat",
-                      end_user=_end_user(request, body))
+    ctx = _context(request, caller, body, "chat")
     if body.get("stream"):
         relay = await gw.open_stream(ctx, body)
-        return EventStreamResponse(relay, {"x-hearth-endpoint": relay.endpoint_name})
+        return EventStreamResponse(relay, _call_headers(ctx))
     reply = await gw.complete(ctx, body)
-    return Response(reply.body, media_type="application/json",
-                    headers={"x-hearth-endpoint": ctx.endpoint.name if ctx.endpoint else "",
-                             "x-hearth-attempts": str(ctx.attempts)})
+    return Response(reply.body, media_type="application/json", headers=_call_headers(ctx))
+
+
+def _call_headers(ctx: CallContext) -> dict[str, str]:
+    headers = {"x-hearth-endpoint": ctx.endpoint.name if ctx.endpoint else "", "x-hearth-attempts": str(ctx.attempts),
+               "x-hearth-model": ctx.model or ""}
+    if ctx.grant is not None:
+        headers.update(budget_headers(ctx.grant))
+    return headers
 
 
 @router.post("/embeddings", summary="Create embeddings", openapi_extra=request_body(EmbeddingRequest),
              responses={200: {"model": EmbeddingResponse}, **ERROR_RESPONSES})
 async def embeddings(request: Request) -> Response:
-    caller = authenticate_caller(request)
-    body = await read_json_object(request)
+    caller, raw = await authenticated_body(request)
+    body = parse_json_object(raw)
     inputs = body.get("input")
     if not isinstance(inputs, str | list) or not inputs:
         raise _invalid("`input` must be a non-empty string or array.", "input")
-    ctx = CallContext(request_id=request_id(request), caller=caller.name, route="embeddings",
-                      end_user=_end_user(request, body))
+    ctx = _context(request, caller, body, "embeddings")
     reply = await runtime(request).gateway.embed(ctx, body)
-    return Response(reply.body, media_type="application/json")
+    return Response(reply.body, media_type="application/json", headers=_call_headers(ctx))
 
 
 @router.get("/models", summary="List the models this caller can use",

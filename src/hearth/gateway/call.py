@@ -1,73 +1,60 @@
-"""One logical gateway call: resolve the model, admit, call, classify failures, fail over, account.
+"""One logical gateway call, end to end.
 
-Every face of Hearth (OpenAI routes, capabilities, task steps) calls :class:`Gateway`, so limits,
-routing, failover and accounting are the same everywhere.
-
-Failure classes (decided before any retry):
-
-* 429 → the endpoint cools down for Retry-After (else 30–120 s), shared via the state backend;
-* 401/403 → the endpoint is disabled (registry + alert log), never retried on that endpoint;
-* 408/409/5xx, timeouts, network errors, malformed answers → a breaker failure, then failover;
-* any other 4xx → returned to the caller as is, never retried.
-
-All attempts share one absolute deadline and at most ``max_attempts`` endpoints.
+Every face of Hearth (OpenAI routes, capabilities, task steps) calls :class:`Gateway`, so the same
+steps hold everywhere: plan the route (scene rules, caller allowlists) → caller admission (rate
+limits and budget reservations, atomically) → endpoint attempts with failover (and scene
+fallbacks on the default route) → settle (release slots, charge real usage once) → request log.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
-from hearth.gateway.admission import Admitted, admit, cooldown_key
+from hearth.errors import HearthError, UpstreamHTTPError
+from hearth.gateway.admission import Admitted
+from hearth.gateway.attempts import run_with_fallback
+from hearth.gateway.budget import (
+    actual_amounts,
+    applicable_budgets,
+    highest_price,
+    micro_cost,
+    reservation_charges,
+    utc_now,
+)
+from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.gateway.caller_admission import admit_caller, caller_scopes, finish_caller
+from hearth.gateway.context import CallContext
 from hearth.gateway.health import HealthBook
 from hearth.gateway.relay import RelayStream
-from hearth.gateway.router import order_candidates
+from hearth.gateway.scenes import Route, plan_route, resolve_scene
 from hearth.gateway.tokens import DEFAULT_COMPLETION_RESERVATION, estimate_messages, requested_max_tokens
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogRecord, RequestLogWriter
 from hearth.providers.base import Provider, UpstreamReply, Usage
-from hearth.registry.snapshot import Endpoint, Model, Registry
+from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
 from hearth.settings import Settings
 from hearth.state.base import Lease, StateBackend, StateUnavailable
 
 log = get_logger("hearth.gateway")
-T = TypeVar("T")
-AUTH_DISABLE_S = 3600.0
 
-
-@dataclass(slots=True)
-class CallContext:
-    """Who is calling and the call's clock; filled in as the call proceeds, then logged."""
-
-    request_id: str
-    caller: str | None
-    route: str
-    end_user: str | None = None
-    started: float = field(default_factory=time.perf_counter)
-    deadline: float = 0.0
-    attempts: int = 0
-    model: str | None = None
-    endpoint: Endpoint | None = None
-    stream: bool = False
-    ttft_ms: float | None = None
+__all__ = ["CallContext", "Gateway"]
 
 
 class Gateway:
     def __init__(self, settings: Settings, state: StateBackend, providers: dict[str, Provider],
-                 log_writer: RequestLogWriter, registry: Registry,
+                 log_writer: RequestLogWriter, registry: Registry, ledger: BudgetLedger,
                  on_auth_failure: Callable[[Endpoint, int], Awaitable[None]] | None = None) -> None:
         self.settings = settings
         self.state = state
         self.providers = providers
         self.log_writer = log_writer
+        self.ledger = ledger
         self.registry = registry
         self.health = HealthBook(settings.breaker_failures, settings.breaker_open_s)
-        self._on_auth_failure = on_auth_failure
+        self.on_auth_failure = on_auth_failure
         self.lease_ttl_s = settings.request_timeout_s + settings.stream_idle_timeout_s + 60
 
     # ---- public operations -------------------------------------------------------------------
@@ -81,57 +68,90 @@ class Gateway:
         return model
 
     async def complete(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
-        model = self.resolve_model(body.get("model"), "chat")
-        reserve = requested_max_tokens(body) or DEFAULT_COMPLETION_RESERVATION
-        tokens = estimate_messages(body.get("messages")) + reserve
-        return await self._unary(ctx, model, body, tokens, "chat")
+        route, models, body = self._plan(ctx, body, "chat")
+        prompt = estimate_messages(body.get("messages"))
+
+        async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
+            return await self._provider(ep).chat(ep, body, timeout_s)
+
+        return await self._unary(ctx, route, models, prompt, op)
 
     async def embed(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
-        model = self.resolve_model(body.get("model"), "embedding")
+        route, models, body = self._plan(ctx, body, "embedding")
         inputs = body.get("input")
-        tokens = estimate_messages([{"content": inputs if isinstance(inputs, str) else str(inputs)}])
-        return await self._unary(ctx, model, body, tokens, "embeddings")
+        prompt = estimate_messages([{"content": inputs if isinstance(inputs, str) else str(inputs)}])
+
+        async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
+            return await self._provider(ep).embeddings(ep, body, timeout_s)
+
+        return await self._unary(ctx, route, models, prompt, op, completion_reserve=0)
 
     async def open_stream(self, ctx: CallContext, body: dict[str, Any]) -> RelayStream:
-        model = self.resolve_model(body.get("model"), "chat")
-        prompt_est = estimate_messages(body.get("messages"))
-        tokens = prompt_est + (requested_max_tokens(body) or DEFAULT_COMPLETION_RESERVATION)
         ctx.stream = True
+        route, models, body = self._plan(ctx, body, "chat")
+        prompt = estimate_messages(body.get("messages"))
 
-        async def op(ep: Endpoint, timeout_s: float) -> Any:
+        async def op(model: Model, ep: Endpoint, timeout_s: float) -> Any:
             if "streaming" not in ep.capabilities:
                 raise HearthError("unsupported_feature", f"Endpoint of `{model.name}` cannot stream.")
             return await self._provider(ep).chat_stream(ep, body, timeout_s, self.settings.stream_idle_timeout_s)
 
-        upstream, adm = await self._recorded_attempts(ctx, model, tokens, op)
+        upstream, adm = await self._run(ctx, route, models, prompt, op, None)
         ctx.ttft_ms = (time.perf_counter() - ctx.started) * 1000
-        return RelayStream(self, ctx, model, adm, upstream, prompt_est)
+        return RelayStream(self, ctx, adm, upstream, prompt)
 
-    # ---- the attempt loop ---------------------------------------------------------------------
-    async def _unary(self, ctx: CallContext, model: Model, body: dict[str, Any], tokens: int,
-                     what: str) -> UpstreamReply:
-        async def op(ep: Endpoint, timeout_s: float) -> UpstreamReply:
-            p = self._provider(ep)
-            return await (p.chat(ep, body, timeout_s) if what == "chat" else p.embeddings(ep, body, timeout_s))
+    # ---- steps ---------------------------------------------------------------------------------
+    def _plan(self, ctx: CallContext, body: dict[str, Any], kind: str) -> tuple[Route, list[Model], dict[str, Any]]:
+        """Scene and allowlist rules → the models to try; the body gets the effective max_tokens."""
+        try:
+            caller = ctx.caller
+            if caller is None:
+                route = Route((body.get("model"),), None, False, requested_max_tokens(body))  # type: ignore[arg-type]
+            else:
+                scene = resolve_scene(self.registry, caller, ctx.requested_scene) if kind == "chat" else None
+                route = plan_route(self.registry, caller, scene, body)
+            first = self.resolve_model(route.models[0], kind)
+            models = [first] + [m for name in route.models[1:]
+                                if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
+        except HearthError as exc:
+            self.record(ctx, exc.status, exc.code, None, False)
+            raise
+        ctx.scene = route.scene
+        ctx.effective_max_tokens = route.effective_max_tokens
+        if route.effective_max_tokens is not None and requested_max_tokens(body) is None:
+            body = {**body, "max_tokens": route.effective_max_tokens}
+        return route, models, body
 
-        reply, adm = await self._recorded_attempts(ctx, model, tokens, op)
+    async def _unary(self, ctx: CallContext, route: Route, models: list[Model], prompt: int,
+                     op: Callable[[Model, Endpoint, float], Awaitable[UpstreamReply]],
+                     completion_reserve: int | None = None) -> UpstreamReply:
+        result, adm = await self._run(ctx, route, models, prompt, op, completion_reserve)
+        reply: UpstreamReply = result
         ep = adm.endpoint
         self.health.finished(ep.name)
         self.health.succeeded(ep.name, (time.perf_counter() - ctx.started) * 1000)
         estimated = reply.usage is None
-        usage = reply.usage or Usage(estimate_messages(body.get("messages")), 0)
+        usage = reply.usage or Usage(prompt, 0)
         await self.release(adm.lease, usage.prompt_tokens + usage.completion_tokens)
+        await self.finish(ctx, usage)
         self.record(ctx, 200, None, usage, estimated)
         return reply
 
-    def _provider(self, ep: Endpoint) -> Provider:
-        return self.providers[ep.kind]
-
-    async def _recorded_attempts(self, ctx: CallContext, model: Model, tokens: int,
-                                 op: Callable[[Endpoint, float], Awaitable[T]]) -> tuple[T, Admitted]:
-        """:meth:`_attempts`, with a request log for a call that ends in an error."""
+    async def _run(self, ctx: CallContext, route: Route, models: list[Model], prompt: int,
+                   op: Callable[[Model, Endpoint, float], Awaitable[Any]],
+                   completion_reserve: int | None) -> tuple[Any, Admitted]:
+        """Caller admission, then attempts; on failure everything taken is given back and logged."""
+        reserve = completion_reserve if completion_reserve is not None else (
+            route.effective_max_tokens or DEFAULT_COMPLETION_RESERVATION)
+        tokens = prompt + reserve
+        ctx.deadline = time.monotonic() + self.settings.request_timeout_s
         try:
-            return await self._attempts(ctx, model, tokens, op)
+            await self._admit_caller(ctx, route, prompt, reserve)
+            try:
+                return await run_with_fallback(self, ctx, models, route.default_route, tokens, op)
+            except BaseException:
+                await self.finish(ctx, None)
+                raise
         except HearthError as exc:
             self.record(ctx, exc.status, exc.code, None, False)
             raise
@@ -139,93 +159,31 @@ class Gateway:
             self.record(ctx, exc.status, "upstream_rejected_request", None, False)
             raise
 
-    async def _attempts(self, ctx: CallContext, model: Model, tokens: int,
-                        op: Callable[[Endpoint, float], Awaitable[T]]) -> tuple[T, Admitted]:
-        ctx.model = model.name
-        ctx.deadline = time.monotonic() + self.settings.request_timeout_s
-        tried: set[str] = set()
-        last: Exception | None = None
-        for attempt in range(1, self.settings.max_attempts + 1):
-            if time.monotonic() >= ctx.deadline:
-                break
-            try:
-                adm = await admit(self.state, self.health, model.endpoints,
-                                  lambda: order_candidates(model.endpoints, self.health, time.time(), tried),
-                                  tokens, ctx.deadline, self.settings.admission_wait_s, self.lease_ttl_s)
-            except HearthError:
-                if last is None:
-                    raise
-                break
-            ep = adm.endpoint
-            tried.add(ep.name)
-            ctx.attempts = attempt
-            ctx.endpoint = ep
-            self.health.started(ep.name, time.time())
-            try:
-                result = await op(ep, max(0.001, min(ep.timeout_s, ctx.deadline - time.monotonic())))
-            except UpstreamHTTPError as exc:
-                self.health.finished(ep.name)
-                await self.release(adm.lease, None)
-                if not await self._retryable_http(ep, exc):
-                    self.health.released_probe(ep.name)
-                    raise
-                last = exc
-            except UpstreamNetworkError as exc:
-                self.health.finished(ep.name)
-                await self.release(adm.lease, None)
-                if self.health.failed(ep.name, time.time()):
-                    log.warning("circuit_opened", endpoint=ep.name, reason=str(exc))
-                last = exc
-            except BaseException:
-                self.health.finished(ep.name)
-                self.health.released_probe(ep.name)
-                await self.release(adm.lease, None)
-                raise
-            else:
-                return result, adm
-        raise self._final_error(last)
+    async def _admit_caller(self, ctx: CallContext, route: Route, prompt: int, reserve: int) -> None:
+        caller = ctx.caller
+        if caller is None:
+            return
+        scopes = caller_scopes(caller, ctx.tenant, ctx.end_user, ctx.client_ip, ctx.stream)
+        budgets = applicable_budgets(self.registry, caller, ctx.tenant, ctx.end_user, utc_now())
+        money = micro_cost(highest_price(self.registry, route.models), prompt, reserve)
+        ctx.estimated_cost = money / MICRO
+        if not scopes and not budgets:
+            return
+        ctx.grant = await admit_caller(self.state, self.ledger, scopes, budgets,
+                                       reservation_charges(budgets, prompt + reserve, money), prompt + reserve,
+                                       self.settings.limit_wait_s, self.lease_ttl_s)
 
-    async def _retryable_http(self, ep: Endpoint, exc: UpstreamHTTPError) -> bool:
-        now = time.time()
-        if exc.status == 429:
-            seconds = exc.retry_after if exc.retry_after is not None else random.uniform(30, 120)
-            self.health.cool_down(ep.name, now + seconds)
-            await self._shared_cooldown(ep, seconds)
-            log.warning("endpoint_cooldown", endpoint=ep.name, seconds=round(seconds, 3))
-            return True
-        if exc.status in (401, 403):
-            self.health.cool_down(ep.name, now + AUTH_DISABLE_S)
-            await self._shared_cooldown(ep, AUTH_DISABLE_S)
-            log.error("endpoint_disabled_alert", endpoint=ep.name, upstream_status=exc.status,
-                      reason="upstream rejected the endpoint's credentials", alert=True)
-            if self._on_auth_failure is not None:
-                await self._on_auth_failure(ep, exc.status)
-            return True
-        if exc.status in (408, 409) or exc.status >= 500:
-            if self.health.failed(ep.name, now):
-                log.warning("circuit_opened", endpoint=ep.name, upstream_status=exc.status)
-            return True
-        return False
+    async def finish(self, ctx: CallContext, usage: Usage | None) -> None:
+        """Release the caller's slots and settle its budgets with the real usage (None → refund all)."""
+        grant = ctx.grant
+        if grant is None or grant.finished:
+            return
+        prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+        amounts = actual_amounts(grant.budgets, self.registry, ctx.endpoint, ctx.model, prompt, completion)
+        await finish_caller(self.state, self.ledger, grant, prompt + completion if usage else None, amounts)
 
-    async def _shared_cooldown(self, ep: Endpoint, seconds: float) -> None:
-        try:
-            await self.state.set_cooldown(cooldown_key(ep), seconds)
-        except StateUnavailable:
-            log.warning("cooldown_not_shared", endpoint=ep.name)
-
-    @staticmethod
-    def _final_error(last: Exception | None) -> HearthError:
-        if isinstance(last, UpstreamHTTPError):
-            if last.status == 429:
-                return HearthError("upstream_rate_limited", retry_after=last.retry_after or 1)
-            if last.status in (401, 403):
-                return HearthError("upstream_auth_failed")
-            return HearthError("upstream_error", f"The upstream provider failed with status {last.status}.")
-        if isinstance(last, UpstreamNetworkError):
-            if last.timeout:
-                return HearthError("upstream_timeout")
-            return HearthError("upstream_error", f"The upstream provider failed: {last}.")
-        return HearthError("upstream_timeout", "The call's deadline passed before an endpoint answered.")
+    def _provider(self, ep: Endpoint) -> Provider:
+        return self.providers[ep.kind]
 
     # ---- accounting ---------------------------------------------------------------------------
     async def release(self, lease: Lease, actual_tokens: int | None) -> None:
@@ -243,11 +201,12 @@ class Gateway:
             if price is not None:
                 cost = price.cost(usage.prompt_tokens, usage.completion_tokens)
         self.log_writer.submit(RequestLogRecord(
-            request_id=ctx.request_id, created_at=datetime.now(UTC), caller=ctx.caller, route=ctx.route,
+            request_id=ctx.request_id, created_at=datetime.now(UTC), caller=ctx.caller_name, route=ctx.route,
             model=ctx.model, endpoint=ep.name if ep else None, upstream_model=ep.upstream_model if ep else None,
             stream=ctx.stream, status=status, error_code=error_code, attempts=ctx.attempts,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0, usage_estimated=usage_estimated,
             cost=cost, latency_ms=(time.perf_counter() - ctx.started) * 1000, ttft_ms=ctx.ttft_ms,
-            end_user=ctx.end_user))
-
+            end_user=ctx.end_user, tenant=ctx.tenant, client_ip=ctx.client_ip, scene=ctx.scene,
+            fallback_used=ctx.fallback_used, attempted_models=ctx.attempted_models or None,
+            effective_max_tokens=ctx.effective_max_tokens, estimated_cost=ctx.estimated_cost))

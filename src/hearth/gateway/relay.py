@@ -18,11 +18,11 @@ import orjson
 from hearth.errors import UpstreamNetworkError
 from hearth.gateway.sse import encode_event
 from hearth.providers.base import UpstreamStream, Usage
-from hearth.registry.snapshot import Model
 
 if TYPE_CHECKING:
     from hearth.gateway.admission import Admitted
-    from hearth.gateway.call import CallContext, Gateway
+    from hearth.gateway.call import Gateway
+    from hearth.gateway.context import CallContext
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
@@ -33,11 +33,10 @@ def error_frame(code: str, message: str) -> bytes:
 
 
 class RelayStream:
-    def __init__(self, gateway: Gateway, ctx: CallContext, model: Model, admitted: Admitted,
-                 upstream: UpstreamStream, prompt_estimate: int) -> None:
+    def __init__(self, gateway: Gateway, ctx: CallContext, admitted: Admitted, upstream: UpstreamStream,
+                 prompt_estimate: int) -> None:
         self._gw = gateway
         self._ctx = ctx
-        self._model = model
         self._adm = admitted
         self._upstream = upstream
         self._prompt_estimate = prompt_estimate
@@ -49,6 +48,10 @@ class RelayStream:
     @property
     def endpoint_name(self) -> str:
         return self._adm.endpoint.name
+
+    @property
+    def context(self) -> CallContext:
+        return self._ctx
 
     async def frames(self) -> AsyncIterator[bytes]:
         try:
@@ -79,4 +82,5 @@ class RelayStream:
             if usage is None:
                 usage = Usage(self._prompt_estimate, self._upstream.completion_estimate)
             await self._gw.release(self._adm.lease, usage.prompt_tokens + usage.completion_tokens)
+            await self._gw.finish(self._ctx, usage)
             self._gw.record(self._ctx, self._status, self._error_code, usage, estimated)

@@ -1,0 +1,75 @@
+"""Who is calling: caller keys, the shared internal token, and request signatures (seed 000).
+
+Three ways in, checked in this order:
+
+1. ``Authorization: Bearer <caller key>`` — the caller owning the key;
+2. ``X-Internal-Token: <shared token>`` (when ``HEARTH_INTERNAL_TOKEN`` is set) — the caller named by
+   ``X-Hearth-Caller``, else ``HEARTH_INTERNAL_TOKEN_CALLER``;
+3. nothing → 401.
+
+Then, if the caller must sign (``require_signature`` on the caller, or ``HEARTH_REQUIRE_SIGNATURES``
+for everyone), the request must carry a valid ``X-Timestamp``/``X-Nonce``/``X-Signature`` made
+with the caller's signing key (else the global ``HEARTH_SIGNATURE_KEY``); a nonce is accepted once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import Any
+
+from hearth.auth.signing import SignatureError, raw_path_with_query, verify_request
+from hearth.errors import HearthError
+from hearth.registry.snapshot import Caller, Registry
+from hearth.settings import Settings
+from hearth.state.base import StateBackend, StateUnavailable
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    value = headers.get("authorization")
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def identify_caller(headers: Mapping[str, str], registry: Registry, settings: Settings) -> Caller:
+    token = bearer_token(headers)
+    if token is not None:
+        caller = registry.callers_by_key_hash.get(hashlib.sha256(token.encode()).hexdigest())
+        if caller is None:
+            raise HearthError("invalid_api_key", "Incorrect API key provided.")
+    else:
+        shared = headers.get("x-internal-token")
+        if shared is None or settings.internal_token is None:
+            raise HearthError("invalid_api_key", "Missing API key: send `Authorization: Bearer <key>`.")
+        if not hmac.compare_digest(shared.encode(), settings.internal_token.encode()):
+            raise HearthError("invalid_api_key", "Incorrect internal token.")
+        name = headers.get("x-hearth-caller") or settings.internal_token_caller
+        found = registry.callers_by_name.get(name)
+        if found is None:
+            raise HearthError("invalid_api_key", f"Unknown caller `{name}` for the internal token.")
+        caller = found
+    if not caller.enabled:
+        raise HearthError("caller_disabled")
+    return caller
+
+
+async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes, headers: Mapping[str, str],
+                          settings: Settings, state: StateBackend) -> None:
+    if not (caller.require_signature or settings.require_signatures):
+        return
+    key = caller.signing_key or settings.signature_key
+    if key is None:
+        raise HearthError("signature_required", "Signatures are required but no signing key is configured "
+                          "for this caller; ask the operator.")
+    try:
+        await verify_request(key=key, method=scope["method"], path_with_query=raw_path_with_query(scope), body=body,
+                             headers=headers, claim_nonce=state.claim_once, window_s=settings.signature_window_s)
+    except SignatureError as exc:
+        raise HearthError(exc.code, str(exc)) from exc
+    except StateUnavailable as exc:
+        raise HearthError("state_backend_unavailable", retry_after=2) from exc

@@ -1,0 +1,94 @@
+"""Strict budgets (seed 004 §3): which budgets a call is charged against, and how much.
+
+A call reserves ``estimate(prompt) + max_tokens`` — in tokens, or priced at the highest rate of
+any endpoint it may use — on *every* applicable budget, atomically with its rate limits (see
+:mod:`hearth.gateway.caller_admission`). Settlement charges the real usage, at most the reservation,
+so the ledger's spend can never pass a limit; what the reservation did not cover is recorded as
+``overrun``. A reservation that is never settled (its process died) stays spent.
+
+Money is counted in integer millionths of the currency unit (``MICRO``); since prices are per
+1M tokens, ``tokens × price_per_1M`` is exactly the cost in micro-units.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hearth.registry.snapshot import Budget, Caller, Endpoint, Price, Registry
+from hearth.state.base import BudgetCharge
+
+_GRACE_S = 2 * 86400  # keep a period's counter a while after it ends, for late settlements and queries
+NO_SUBJECT = "_none"  # the bucket for calls that name no tenant/user: they cannot escape a budget
+
+
+def period_key(period: str, now: datetime) -> tuple[str, float]:
+    """The counter suffix for ``now`` and how long that counter should live (0 = forever)."""
+    ts = now.timestamp()
+    if period == "day":
+        end = datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp() + 86400
+        return now.strftime("d%Y%m%d"), end - ts + _GRACE_S
+    if period == "month":
+        days = calendar.monthrange(now.year, now.month)[1]
+        end = datetime(now.year, now.month, 1, tzinfo=UTC).timestamp() + days * 86400
+        return now.strftime("m%Y%m"), end - ts + _GRACE_S
+    return "total", 0.0
+
+
+@dataclass(slots=True, frozen=True)
+class Applicable:
+    budget: Budget
+    subject: str
+    key: str
+    ttl_s: float
+
+
+def applicable_budgets(registry: Registry, caller: Caller, tenant: str | None, user: str | None,
+                       now: datetime) -> list[Applicable]:
+    out: list[Applicable] = []
+    for b in registry.budgets:
+        if b.caller not in ("*", caller.name):
+            continue
+        if b.scope == "caller":
+            subject = caller.name
+        else:
+            value = (tenant if b.scope == "tenant" else user) or NO_SUBJECT
+            if b.subject != "*" and b.subject != value:
+                continue
+            subject = value
+        suffix, ttl = period_key(b.period, now)
+        out.append(Applicable(b, subject, f"{b.name}|{caller.name}|{subject}|{suffix}", ttl))
+    return out
+
+
+def highest_price(registry: Registry, models: tuple[str, ...]) -> Price | None:
+    """The highest input and output rates among every endpoint the call might use (a safe reservation)."""
+    found = [p for name in models for ep in (registry.models[name].endpoints if name in registry.models else ())
+             if (p := registry.price_for(ep, name)) is not None]
+    if not found:
+        return None
+    return Price("reservation", max(p.input_per_1m for p in found), max(p.output_per_1m for p in found))
+
+
+def micro_cost(price: Price | None, prompt_tokens: int, completion_tokens: int) -> int:
+    if price is None:
+        return 0
+    return math.ceil(prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m)
+
+
+def reservation_charges(budgets: list[Applicable], tokens: int, money: int) -> tuple[BudgetCharge, ...]:
+    return tuple(BudgetCharge(a.key, a.budget.limit, tokens if a.budget.unit == "tokens" else money, a.ttl_s)
+                 for a in budgets)
+
+
+def actual_amounts(budgets: list[Applicable], registry: Registry, endpoint: Endpoint | None, model: str | None,
+                   prompt_tokens: int, completion_tokens: int) -> tuple[int, ...]:
+    price = registry.price_for(endpoint, model or "") if endpoint is not None else None
+    money = micro_cost(price, prompt_tokens, completion_tokens)
+    return tuple(prompt_tokens + completion_tokens if a.budget.unit == "tokens" else money for a in budgets)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)

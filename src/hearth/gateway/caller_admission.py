@@ -1,0 +1,140 @@
+"""Caller-level admission: rate limits per caller, tenant, end user and client IP, plus budgets.
+
+Everything a call needs at this level — concurrency slots, RPM and TPM for each subject, the
+default one-streaming-generation-per-user rule, and a reservation on every applicable budget —
+is taken by *one* atomic state-backend operation. So a request refused by one limit consumes no
+other (no RPM spent by a call that then failed its budget), and parallel requests can never
+overshoot a limit between a check and a deduction. Concurrency refusals wait briefly
+(``limit_wait_s``, default 3 s) for a slot; RPM, TPM and budget refusals answer 429 at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from hearth.errors import HearthError
+from hearth.gateway.budget import Applicable
+from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.observability.logging import get_logger
+from hearth.registry.snapshot import Caller, LimitSet
+from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable
+
+log = get_logger("hearth.caller_admission")
+SETTLE_MARKER_TTL_S = 7 * 86400
+
+
+@dataclass(slots=True)
+class CallerGrant:
+    call_id: str
+    lease: Lease | None
+    budgets: list[Applicable] = field(default_factory=list)
+    charges: tuple[BudgetCharge, ...] = ()
+    remaining: list[tuple[Applicable, int]] = field(default_factory=list)
+    finished: bool = False
+
+
+def _scope(key: str, limits: LimitSet, stream: bool) -> list[Scope]:
+    out = []
+    if limits.rpm or limits.tpm or limits.concurrency:
+        out.append(Scope(key, limits.concurrency, limits.rpm, limits.tpm))
+    if stream and limits.stream_concurrency:
+        out.append(Scope(key.replace(":", "-stream:", 1), limits.stream_concurrency))
+    return out
+
+
+def caller_scopes(caller: Caller, tenant: str | None, user: str | None, ip: str | None,
+                  stream: bool) -> tuple[Scope, ...]:
+    lim = caller.limits
+    scopes = _scope(f"caller:{caller.name}", lim.caller, stream)
+    if tenant:
+        scopes += _scope(f"tenant:{caller.name}:{tenant}", lim.tenant, stream)
+    if user:
+        scopes += _scope(f"user:{caller.name}:{user}", lim.user, stream)
+    if ip:
+        scopes += _scope(f"ip:{ip}", lim.ip, stream)
+    return tuple(scopes)
+
+
+def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: list[Applicable]) -> HearthError:
+    if limit == "budget":
+        names = [a.budget.name for a in budgets if a.key == scope_key]
+        return HearthError("budget_exhausted", f"The budget `{names[0] if names else scope_key}` has no room for "
+                           "this call at its max_tokens.", details={"budget": names[0] if names else None})
+    kind, _, _ = scope_key.partition(":")
+    subject = kind.replace("-stream", "")
+    what = "stream_concurrency" if kind.endswith("-stream") else limit
+    return HearthError(f"{subject}_{what}_exceeded", retry_after=max(1.0, retry_after))
+
+
+async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[Scope, ...],
+                       budgets: list[Applicable], charges: tuple[BudgetCharge, ...], tokens: int,
+                       wait_s: float, lease_ttl_s: float) -> CallerGrant:
+    call_id = os.urandom(12).hex()
+    if not scopes and not charges:
+        return CallerGrant(call_id, None)
+    if charges and ledger.backlog > ledger.max_backlog:
+        raise HearthError("budget_ledger_backlog", retry_after=2)
+    give_up = time.monotonic() + wait_s
+    while True:
+        try:
+            result = await state.acquire(call_id, scopes, tokens, lease_ttl_s, (), charges)
+        except StateUnavailable as exc:
+            raise HearthError("state_backend_unavailable", retry_after=2) from exc
+        if result.lease is not None:
+            break
+        assert result.refusal is not None
+        r = result.refusal
+        remaining = give_up - time.monotonic()
+        if r.limit != "concurrency" or remaining <= 0:
+            raise _refusal_error(r.scope, r.limit, r.retry_after_s, budgets)
+        await state.wait_for_release(min(remaining, 0.25))
+    grant = CallerGrant(call_id, result.lease, budgets, charges)
+    for a, c in zip(budgets, charges, strict=True):
+        ledger.reserved(call_id, a.budget.name, a.key, c.amount)
+    if charges:
+        try:
+            values = await state.counters(tuple(c.key for c in charges))
+            grant.remaining = [(a, a.budget.limit - v) for a, v in zip(budgets, values, strict=True)]
+        except StateUnavailable:
+            grant.remaining = []
+    return grant
+
+
+async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant, actual_tokens: int | None,
+                        actual_amounts: tuple[int, ...]) -> None:
+    """Release the caller's slots and settle its budgets once. Never raises: it runs on every exit path."""
+    if grant.finished:
+        return
+    grant.finished = True
+    if grant.lease is not None:
+        try:
+            await state.release(grant.lease, actual_tokens)
+        except StateUnavailable:
+            log.warning("caller_lease_release_failed", hint="the lease expires by its TTL")
+    if not grant.charges:
+        return
+    charged = tuple(min(actual, c.amount) for actual, c in zip(actual_amounts, grant.charges, strict=True))
+    refunds = tuple(c.amount - ch for c, ch in zip(grant.charges, charged, strict=True))
+    try:
+        first = await state.settle(grant.call_id, grant.charges, refunds, SETTLE_MARKER_TTL_S)
+    except StateUnavailable:
+        # Unsettled reservations stay spent (the safe side); the ledger keeps the reservation.
+        log.warning("budget_settle_failed", call_id=grant.call_id)
+        return
+    if not first:
+        return
+    for a, c, ch, refund, actual in zip(grant.budgets, grant.charges, charged, refunds, actual_amounts, strict=True):
+        ledger.settled(grant.call_id, a.budget.name, c.key, ch, refund, max(0, actual - c.amount))
+
+
+def budget_headers(grant: CallerGrant) -> dict[str, str]:
+    """The tightest remaining budget (after this call's reservation), for response headers."""
+    if not grant.remaining:
+        return {}
+    tightest = min(grant.remaining, key=lambda pair: pair[1] / max(1, pair[0].budget.limit))
+    a, left = tightest
+    amount = f"{max(0, left) / 1_000_000:.6f}" if a.budget.unit == "money" else str(max(0, left))
+    return {"x-hearth-budget": a.budget.name, "x-hearth-budget-remaining": amount,
+            "x-hearth-budget-unit": a.budget.unit}

@@ -1,0 +1,74 @@
+"""Scene governance: which model a call uses, how many tokens it may ask for, whether it may fall back.
+
+Rules (seed 000): no model given → the scene's default model (the *default route*); a model outside
+the scene's (and the caller's) allowlist → 403 ``model_not_allowed``; ``max_tokens`` above the
+scene's cap → 400 ``scene_max_tokens_exceeded``; without ``max_tokens`` the cap applies. Only the
+default route may fall back to the scene's fallback models; an explicitly named model never does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hearth.errors import HearthError
+from hearth.gateway.tokens import requested_max_tokens
+from hearth.registry.snapshot import Caller, Registry, Scene
+
+
+@dataclass(slots=True, frozen=True)
+class Route:
+    """The models to try in order (the first is the requested or default one) and the token cap."""
+
+    models: tuple[str, ...]
+    scene: str | None
+    default_route: bool
+    effective_max_tokens: int | None
+
+
+def resolve_scene(registry: Registry, caller: Caller, requested_scene: str | None) -> Scene | None:
+    name = requested_scene or caller.default_scene
+    if name is None:
+        return None
+    scene = registry.scenes.get(name)
+    if scene is None or not scene.enabled:
+        raise HearthError("scene_not_found", f"The scene `{name}` does not exist.", param="scene")
+    if caller.allowed_scenes is not None and name not in caller.allowed_scenes:
+        raise HearthError("scene_not_allowed", f"This caller may not use the scene `{name}`.", param="scene")
+    return scene
+
+
+def plan_route(registry: Registry, caller: Caller, scene: Scene | None, body: dict[str, Any]) -> Route:
+    """Decide the models and the max_tokens cap for one call, enforcing scene and caller rules."""
+    requested = body.get("model")
+    if requested is not None and (not isinstance(requested, str) or not requested):
+        raise HearthError("invalid_request", "`model` must be a non-empty string.", param="model")
+    asked = requested_max_tokens(body)
+    if scene is None:
+        if requested is None:
+            raise HearthError("invalid_request", "`model` is required when no scene applies.", param="model")
+        _check_caller_allows(caller, requested)
+        return Route((requested,), None, False, asked)
+    if scene.max_tokens_cap is not None and asked is not None and asked > scene.max_tokens_cap:
+        raise HearthError("scene_max_tokens_exceeded",
+                          f"max_tokens {asked} exceeds the `{scene.name}` scene's cap of {scene.max_tokens_cap}.",
+                          param="max_tokens", details={"cap": scene.max_tokens_cap, "requested": asked})
+    effective = asked if asked is not None else scene.max_tokens_cap
+    if requested is None:
+        _check_caller_allows(caller, scene.default_model)
+        fallbacks = tuple(m for m in scene.fallback_models if _caller_allows(caller, m))
+        return Route((scene.default_model, *fallbacks), scene.name, True, effective)
+    if requested not in scene.allowed_models:
+        raise HearthError("model_not_allowed", f"The model `{requested}` is not allowed in the `{scene.name}` scene.",
+                          param="model", details={"allowed": sorted(scene.allowed_models)})
+    _check_caller_allows(caller, requested)
+    return Route((requested,), scene.name, False, effective)
+
+
+def _caller_allows(caller: Caller, model: str) -> bool:
+    return caller.allowed_models is None or model in caller.allowed_models
+
+
+def _check_caller_allows(caller: Caller, model: str) -> None:
+    if not _caller_allows(caller, model):
+        raise HearthError("model_not_allowed", f"This caller may not use the model `{model}`.", param="model")
