@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.responses import ORJSONResponse
 
 from hearth import __version__
-from hearth.api import admin, health, openai, request_logs
+from hearth.api import admin, budgets, callers_admin, health, openai, request_logs
 from hearth.api.error_handlers import install_error_handlers
 from hearth.api.hot_path import HotPathApp
 from hearth.observability.logging import get_logger
@@ -39,8 +39,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(openai.router)
+    app.include_router(callers_admin.router)  # before admin.router: its /{kind} routes would claim /callers
     app.include_router(admin.router)
     app.include_router(request_logs.router)
+    app.include_router(budgets.router)
     return app
 
 

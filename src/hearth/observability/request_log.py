@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
@@ -147,3 +147,23 @@ async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since
             d["created_at"] = created.isoformat()
         out.append(d)
     return total, out
+
+
+async def usage_summary(engine: AsyncEngine, since: datetime | None, caller: str | None, tenant: str | None,
+                        user: str | None) -> dict[str, Any]:
+    """Totals over request logs: requests, errors, tokens and cost, optionally per caller/tenant/user."""
+    t = request_logs
+    conds = []
+    if since is not None:
+        conds.append(t.c.created_at >= since)
+    for column, value in ((t.c.caller, caller), (t.c.tenant, tenant), (t.c.end_user, user)):
+        if value is not None:
+            conds.append(column == value)
+    stmt = select(func.count(), func.sum(case((t.c.status >= 400, 1), else_=0)),
+                  func.coalesce(func.sum(t.c.prompt_tokens), 0), func.coalesce(func.sum(t.c.completion_tokens), 0),
+                  func.coalesce(func.sum(t.c.cost), 0.0)).where(*conds)
+    async with engine.connect() as conn:
+        requests, errors, prompt, completion, cost = (await conn.execute(stmt)).one()
+    return {"requests": int(requests or 0), "errors": int(errors or 0), "prompt_tokens": int(prompt),
+            "completion_tokens": int(completion), "total_tokens": int(prompt) + int(completion),
+            "cost": float(cost)}

@@ -31,8 +31,11 @@ class RedisState:
     name = "redis"
 
     def __init__(self, url: str, prefix: str = "hearth:") -> None:
-        self._redis = aioredis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=2.0,
-                                              health_check_interval=0, max_connections=256)
+        # A blocking pool: a burst beyond max_connections waits briefly for a connection instead of
+        # failing ("too many connections" would otherwise look like Redis being down → 503).
+        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=128, timeout=2.0,
+                                                        socket_connect_timeout=1.0, socket_timeout=2.0)
+        self._redis = aioredis.Redis(connection_pool=pool)
         self._p = prefix
         self._acquire = self._redis.register_script((_LUA / "acquire.lua").read_text())
         self._release = self._redis.register_script((_LUA / "release.lua").read_text())

@@ -1,0 +1,146 @@
+"""Strict budgets under parallel load: never overspent, charged once, refused with 429, durable."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from hearth.gateway.tokens import estimate_messages
+from hearth.store.db import create_engine
+from hearth.store.tables import budget_ledger
+from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+
+PRICE = 1000.0  # per 1M tokens, in and out: a token costs exactly 1000 micro-units
+MAX_TOKENS = 20  # the fake upstream answers exactly 20 completion tokens, so reservations are tight
+
+
+def budget_registry(fake: Any, limit: float, unit: str = "money", **budget: Any) -> dict[str, Any]:
+    reg = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                             "upstream_model": "up", "max_concurrency": 1000}],
+                           prices=[{"model": "up", "input_per_1m": PRICE, "output_per_1m": PRICE}])
+    reg["budgets"] = [{"name": "daily", "caller": "tester", "scope": "caller", "period": "day", "unit": unit,
+                       "limit": limit, **budget}]
+    return reg
+
+
+def reservation_tokens() -> int:
+    return estimate_messages(chat_body()["messages"]) + MAX_TOKENS
+
+
+async def ledger_summary(database_url: str) -> dict[str, Any]:
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(budget_ledger))).mappings().all()
+            dupes = (await conn.execute(
+                select(budget_ledger.c.call_id, budget_ledger.c.kind, func.count())
+                .group_by(budget_ledger.c.call_id, budget_ledger.c.kind).having(func.count() > 1))).all()
+    finally:
+        await engine.dispose()
+    reserves = {r["call_id"]: r["amount"] for r in rows if r["kind"] == "reserve"}
+    settles = {r["call_id"]: r for r in rows if r["kind"] == "settle"}
+    charged = sum(r["amount"] for r in settles.values())
+    open_reserved = sum(a for cid, a in reserves.items() if cid not in settles)
+    return {"reserves": reserves, "settles": settles, "charged": charged, "open": open_reserved,
+            "spend": charged + open_reserved, "duplicates": dupes}
+
+
+async def _burst(http: Any, urls: list[str], n: int, headers: dict[str, str] | None = None) -> list[Any]:
+    return await asyncio.gather(*[
+        http.post(urls[i % len(urls)] + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS),
+                  headers={**AUTH, **(headers or {})}) for i in range(n)])
+
+
+async def _flushed(server: Any) -> None:
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(server.runtime.ledger.flush(), server.loop))
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_500_parallel_requests_never_overspend_and_each_call_is_charged_once(
+        backend, database_url, fake, hearth_server, http, request):
+    n_affordable = 7
+    limit_micro = n_affordable * reservation_tokens() * PRICE
+    settings: dict[str, Any] = {"database_url": database_url}
+    if backend == "redis":
+        settings |= {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
+    server = hearth_server(budget_registry(fake, limit_micro / 1e6), **settings)
+    fake.set_defaults(latency_ms=100)
+    results = await _burst(http, [server.base_url], 500)
+    ok = [r for r in results if r.status_code == 200]
+    refused = [r for r in results if r.status_code == 429]
+    others = [(r.status_code, r.text[:200]) for r in results if r.status_code not in (200, 429)]
+    assert len(ok) + len(refused) == 500, others[:3]
+    assert len(ok) >= n_affordable  # the budget let through what it could afford …
+    assert {r.json()["error"]["code"] for r in refused} == {"budget_exhausted"}
+    assert fake.stats.requests == len(ok)  # … and nothing refused reached the upstream
+    await _flushed(server)
+    ledger = await ledger_summary(database_url)
+    assert ledger["duplicates"] == []
+    assert len(ledger["settles"]) == len(ok) == len(ledger["reserves"])
+    assert ledger["spend"] <= limit_micro
+    status = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
+    daily = next(i for i in status if i["budget"] == "daily")
+    assert daily["spent"] == pytest.approx(ledger["charged"] / 1e6)
+    assert daily["used"] <= daily["limit"]
+
+
+async def test_budget_headers_and_token_budgets(fake, hearth_server, http):
+    server = hearth_server(budget_registry(fake, 10 * reservation_tokens(), unit="tokens"))
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    assert r.status_code == 200
+    assert r.headers["x-hearth-budget"] == "daily" and r.headers["x-hearth-budget-unit"] == "tokens"
+    assert int(r.headers["x-hearth-budget-remaining"]) == 9 * reservation_tokens()
+
+
+async def test_each_tenant_gets_its_own_budget_and_unnamed_tenants_share_one(fake, hearth_server, http):
+    limit = reservation_tokens()  # one call per tenant
+    server = hearth_server(budget_registry(fake, limit, unit="tokens", scope="tenant", subject="*"))
+    url = server.base_url + "/v1/chat/completions"
+    body = chat_body(max_tokens=MAX_TOKENS)
+    for tenant in ("acme", "globex"):
+        assert (await http.post(url, json=body, headers={**AUTH, "X-Hearth-Tenant": tenant})).status_code == 200
+        assert (await http.post(url, json=body, headers={**AUTH, "X-Hearth-Tenant": tenant})).status_code == 429
+    assert (await http.post(url, json=body, headers=AUTH)).status_code == 200
+    assert (await http.post(url, json=body, headers=AUTH)).status_code == 429
+
+
+async def test_failed_call_refunds_its_whole_reservation(fake, hearth_server, http):
+    server = hearth_server(budget_registry(fake, reservation_tokens(), unit="tokens"))
+    fake.script({"status": 500})
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    assert r.status_code == 502
+    ok = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    assert ok.status_code == 200  # the failed call gave its reservation back
+
+
+async def test_restart_loses_no_spend(tmp_path: Path, fake, hearth_server, http):
+    db = f"sqlite+aiosqlite:///{tmp_path}/budget.db"
+    registry = budget_registry(fake, 3 * reservation_tokens(), unit="tokens")
+    first = hearth_server(registry, database_url=db)
+    results = await _burst(http, [first.base_url], 5)
+    assert [r.status_code for r in results].count(200) == 3
+    first.stop()  # graceful: the ledger is flushed
+    second = hearth_server(registry, database_url=db)
+    r = await http.post(second.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "budget_exhausted"
+    items = (await http.get(second.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
+    assert items[0]["remaining"] == 0 or items[0]["remaining"] < reservation_tokens()
+
+
+async def test_a_callers_own_key_sees_only_its_budgets(fake, hearth_server, http):
+    server = hearth_server(budget_registry(fake, 100.0))
+    mine = await http.get(server.base_url + "/api/v1/budgets", headers=AUTH)
+    assert mine.status_code == 200 and all(i["caller"] == "tester" for i in mine.json()["data"]["items"])
+    other = await http.get(server.base_url + "/api/v1/budgets", params={"caller": "someone"}, headers=AUTH)
+    assert other.status_code == 403
+    await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    for _ in range(40):
+        usage = (await http.get(server.base_url + "/api/v1/usage", headers=AUTH)).json()["data"]
+        if usage["requests"]:
+            break
+        await asyncio.sleep(0.05)
+    assert usage["requests"] == 1 and usage["completion_tokens"] == MAX_TOKENS and usage["cost"] > 0
