@@ -70,6 +70,6 @@ async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes,
         await verify_request(key=key, method=scope["method"], path_with_query=raw_path_with_query(scope), body=body,
                              headers=headers, claim_nonce=state.claim_once, window_s=settings.signature_window_s)
     except SignatureError as exc:
-        raise HearthError(exc.code, str(exc)) from exc
+        raise HearthError(exc.code, exc.message, details=exc.details) from exc
     except StateUnavailable as exc:
         raise HearthError("state_backend_unavailable", retry_after=2) from exc

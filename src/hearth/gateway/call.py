@@ -109,6 +109,7 @@ class Gateway:
                 route = Route((body.get("model"),), None, False, requested_max_tokens(body))  # type: ignore[arg-type]
             else:
                 scene = resolve_scene(self.registry, caller, ctx.requested_scene) if kind == "chat" else None
+                ctx.scene = scene.name if scene is not None else None
                 route = plan_route(self.registry, caller, scene, body)
             first = self.resolve_model(route.models[0], kind)
             models = [first] + [m for name in route.models[1:]
