@@ -1,15 +1,21 @@
-"""``hearth`` command line: serve, migrate, apply a registry file, run the fake upstream."""
+"""``hearth`` command line: serve, migrate, apply a registry file, manage caller keys, run the fake upstream."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from hearth.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from hearth.auth.caller_admin import IssuedKey
 
 app = typer.Typer(help="Hearth: self-hosted AI capability service.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -105,6 +111,116 @@ def apply_file(file: Path) -> None:
     except HearthError as exc:
         typer.echo(f"{file}: {exc.message}", err=True)
         raise typer.Exit(2) from exc
+
+
+keys_app = typer.Typer(help="Manage callers and their API keys directly in the database.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+_T = TypeVar("_T")
+
+
+def _on_database(action: Callable[[AsyncEngine], Awaitable[_T]]) -> _T:
+    """Run one key action on the configured database (migrated first), like ``hearth apply``.
+
+    Running servers see the change within their registry refresh interval (the action bumps the
+    registry version). A :class:`HearthError` becomes a message on stderr and exit code 2.
+    """
+    from hearth.errors import HearthError
+    from hearth.store.db import create_engine
+    from hearth.store.db import migrate as run_migrations
+
+    settings = load_settings()
+
+    async def _run() -> _T:
+        engine = create_engine(settings.database_url)
+        try:
+            await run_migrations(engine)
+            return await action(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        return asyncio.run(_run())
+    except HearthError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        for problem in exc.details.get("errors", []):
+            typer.echo(f"  {'.'.join(str(p) for p in problem['loc'])}: {problem['msg']}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _echo_new_key(issued: IssuedKey, what: str) -> None:
+    typer.echo(f"{what} caller `{issued.name}` (key prefix {issued.key_prefix})")
+    typer.echo(f"key: {issued.key}")
+    typer.echo("Store it now, it will not be shown again.")
+
+
+@keys_app.command("create")
+def keys_create(
+    name: str,
+    allowed_model: Annotated[list[str] | None, typer.Option(help="allow this model (repeatable; none = any)")] = None,
+    allowed_scene: Annotated[list[str] | None, typer.Option(help="allow this scene (repeatable; none = any)")] = None,
+    default_scene: Annotated[str | None, typer.Option(help="scene used when a request names none")] = None,
+) -> None:
+    """Create a caller and print its new key (the only time it is shown)."""
+    from hearth.auth import caller_admin
+    from hearth.registry.key_vault import KeyVault, load_master_key
+
+    body: dict[str, Any] = {"name": name, "allowed_models": allowed_model or None,
+                            "allowed_scenes": allowed_scene or None, "default_scene": default_scene}
+
+    async def _create(engine: AsyncEngine) -> IssuedKey:
+        spec = caller_admin.parse_policy(body)
+        settings = load_settings()
+        vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
+        return await caller_admin.create(engine, spec, vault)
+
+    _echo_new_key(_on_database(_create), "created")
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List callers by key prefix (keys are never shown again)."""
+    from hearth.auth import caller_admin
+
+    rows = _on_database(caller_admin.list_all)
+    if not rows:
+        typer.echo("no callers")
+        return
+
+    def _names(value: list[str] | None) -> str:
+        return "*" if value is None else ",".join(value) or "-"
+
+    table = [("NAME", "PREFIX", "STATE", "MODELS", "SCENES", "DEFAULT_SCENE")]
+    for r in rows:
+        state = "revoked" if r["revoked"] else "enabled" if r["enabled"] else "disabled"
+        table.append((r["name"], r["key_prefix"] or "-", state, _names(r["allowed_models"]),
+                      _names(r["allowed_scenes"]), r["default_scene"] or "-"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@keys_app.command("rotate")
+def keys_rotate(name: str) -> None:
+    """Give a caller a new key; the old one stops working (running servers: within the refresh interval)."""
+    from hearth.auth import caller_admin
+
+    async def _rotate(engine: AsyncEngine) -> IssuedKey:
+        return await caller_admin.rotate(engine, name)
+
+    _echo_new_key(_on_database(_rotate), "rotated")
+
+
+@keys_app.command("revoke")
+def keys_revoke(name: str) -> None:
+    """Revoke a caller's key; `hearth keys rotate` later issues a new one."""
+    from hearth.auth import caller_admin
+
+    async def _revoke(engine: AsyncEngine) -> dict[str, Any]:
+        return await caller_admin.revoke(engine, name)
+
+    _on_database(_revoke)
+    typer.echo(f"revoked caller `{name}`: its key no longer authenticates")
 
 
 @app.command(name="fake-upstream")

@@ -18,12 +18,14 @@ from hearth.api.envelope import ok
 from hearth.errors import HearthError
 from hearth.gateway.admission import scopes_for
 from hearth.registry.config import (
+    BudgetSpec,
     EndpointSpec,
     ModelSpec,
     PriceSpec,
     ProviderSpec,
     QuotaGroupSpec,
     RegistrySpec,
+    SceneSpec,
 )
 from hearth.registry.store import apply_registry, list_rows, set_endpoint_enabled
 from hearth.state.base import StateUnavailable
@@ -36,6 +38,8 @@ _KINDS: dict[str, tuple[str, str, type[Any]]] = {
     "endpoints": ("endpoints", "name", EndpointSpec),
     "models": ("models", "name", ModelSpec),
     "prices": ("prices", "model", PriceSpec),
+    "scenes": ("scenes", "name", SceneSpec),
+    "budgets": ("budgets", "name", BudgetSpec),
 }
 
 

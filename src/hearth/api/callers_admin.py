@@ -1,0 +1,66 @@
+"""Admin API for callers (``HEARTH_ADMIN_TOKEN``): create, list, show, update policy, rotate, revoke.
+
+A key appears in exactly two answers: the 201 of a create and the answer of a rotate. Listings show
+the key prefix only. The work is done by :mod:`hearth.auth.caller_admin` (shared with ``hearth keys``);
+after a change this process reloads its registry snapshot, so a new key works and an old one fails
+here at once, and in other processes within ``HEARTH_REGISTRY_REFRESH_S``.
+
+This router must be included before :mod:`hearth.api.admin`, whose generic ``/{kind}`` routes
+would otherwise claim ``/callers``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from hearth.api.deps import read_json_object, require_admin, runtime
+from hearth.api.envelope import ok
+from hearth.auth import caller_admin
+
+router = APIRouter(prefix="/api/v1/admin/callers", tags=["admin", "callers"], dependencies=[Depends(require_admin)])
+
+
+@router.post("", summary="Create a caller; the answer carries its key, shown this once", status_code=201)
+async def create_caller(request: Request) -> Response:
+    spec = caller_admin.parse_policy(await read_json_object(request))
+    rt = runtime(request)
+    issued = await caller_admin.create(rt.engine, spec, rt.vault)
+    await rt.reload_registry()
+    return ok(request, issued.as_dict(), status=201)
+
+
+@router.get("", summary="List callers (key prefixes only)")
+async def list_callers(request: Request) -> Response:
+    return ok(request, await caller_admin.list_all(runtime(request).engine))
+
+
+@router.get("/{name:path}", summary="Show one caller (key prefix only)")
+async def get_caller(name: str, request: Request) -> Response:
+    return ok(request, await caller_admin.get(runtime(request).engine, name))
+
+
+@router.put("/{name:path}", summary="Declare a caller's policy (idempotent; never changes the key)")
+async def update_caller(name: str, request: Request) -> Response:
+    spec = caller_admin.parse_policy(await read_json_object(request), name)
+    rt = runtime(request)
+    report = await caller_admin.update_policy(rt.engine, spec, rt.vault)
+    if report.changed:
+        await rt.reload_registry()
+    return ok(request, report.as_dict())
+
+
+@router.post("/{name:path}/rotate", summary="Issue a new key; the old one stops working")
+async def rotate_key(name: str, request: Request) -> Response:
+    rt = runtime(request)
+    issued = await caller_admin.rotate(rt.engine, name)
+    await rt.reload_registry()
+    return ok(request, issued.as_dict())
+
+
+@router.post("/{name:path}/revoke", summary="Revoke a caller's key (rotate issues a new one)")
+async def revoke_key(name: str, request: Request) -> Response:
+    rt = runtime(request)
+    caller = await caller_admin.revoke(rt.engine, name)
+    await rt.reload_registry()
+    return ok(request, caller)
