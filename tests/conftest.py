@@ -72,18 +72,16 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path}/hearth.db"
         return
-    try:
-        name = asyncio.run(_create_pg_database())
-    except Exception as exc:
-        _unavailable("PostgreSQL at " + PG_ADMIN_DSN, exc)
-    try:
-        yield pg_url_for(name)
-    finally:
-        asyncio.run(_drop_pg_database(name))
+    yield from _fresh_postgres()
 
 
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
+    yield from _fresh_postgres()
+
+
+def _fresh_postgres() -> Iterator[str]:
+    """A new, empty PostgreSQL database for one test, dropped afterwards."""
     try:
         name = asyncio.run(_create_pg_database())
     except Exception as exc:
