@@ -70,7 +70,7 @@ TARGETS_SPEC = {
     "added_p50_ms": "<= 1.0 ms",
     "ttft_overhead_p50_ms": "<= 1.5 ms",
     "streams_c64_per_s": ">= 1000 streams/s",
-    "idle_rss_mb": "<= 100 MB",
+    "idle_rss_mb": "<= 100 MB (read as MiB)",
     "ready_s": "<= 2.0 s",
 }
 
@@ -723,12 +723,12 @@ def summarize_collapsed(text: str, top: int = 25) -> dict[str, Any]:
             if file.startswith("hearth/"):
                 hearth_incl[name] = hearth_incl.get(name, 0) + count
 
-    def share(d: dict[str, int], total: int) -> list[tuple[str, float]]:
-        return [(k, round(100 * v / (total or 1), 1)) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]]
+    def share(d: dict[str, int], total: int, n: int = top) -> list[tuple[str, float]]:
+        return [(k, round(100 * v / (total or 1), 1)) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:n]]
 
     return {"main_thread_samples": main_total, "worker_thread_busy_samples": worker_total,
             "worker_thread_idle_samples_dropped": worker_idle,
-            "self_top": share(main_self, main_total), "inclusive_top": share(main_incl, main_total),
+            "self_top": share(main_self, main_total), "inclusive_top": share(main_incl, main_total, top + 20),
             "hearth_inclusive_top": share(hearth_incl, main_total), "self_by_package": share(main_pkg, main_total),
             "worker_self_top": share(worker_self, main_total)}
 
@@ -955,7 +955,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             warmup=0, gen_cpus=env.gen_cpus)
         time.sleep(2.0)  # let the request-log batch writer flush and the loop go idle
         rss_idle = proc_status(hearth.pid)
-        log(f"Hearth idle RSS after warm-up: {rss_idle.get('VmRSS', 0) / 1024:.1f} MB")
+        log(f"Hearth idle RSS after warm-up: {rss_idle.get('VmRSS', 0) / 1024:.1f} MiB")
         if "litellm" in env.all_servers:
             results["litellm"]["idle_rss_kb"] = proc_status(env.all_servers["litellm"].pid).get("VmRSS")
 
@@ -1176,8 +1176,8 @@ def table(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"Hearth/LiteLLM req/s ratio: {fmt(dv['ratio_vs_litellm'], 1, 'x')}; added p50 (Hearth - direct): "
                  f"{fmt(dv['added_p50_ms'], 3, ' ms')}; TTFT overhead p50: {fmt(dv['ttft_overhead_p50_ms'], 3, ' ms')}")
-    lines.append(f"Hearth RSS idle {fmt(s['hearth_idle_rss_mb'], 1, ' MB')}, after load "
-                 f"{fmt(s['hearth_rss_after_load_mb'], 1, ' MB')}, peak {fmt(s['hearth_peak_rss_mb'], 1, ' MB')}; "
+    lines.append(f"Hearth RSS idle {fmt(s['hearth_idle_rss_mb'], 1, ' MiB')}, after load "
+                 f"{fmt(s['hearth_rss_after_load_mb'], 1, ' MiB')}, peak {fmt(s['hearth_peak_rss_mb'], 1, ' MiB')}; "
                  f"ready: {results.get('ready_s')}")
     lines.append("")
     lines.append("target                     value          goal                    status")
@@ -1207,10 +1207,10 @@ def table(results: dict[str, Any]) -> str:
                          + (", ".join(f"{k} {v}%" for k, v in p["worker_self_top"][:5]) or "none"))
             lines.append("  top self:")
             lines += [f"    {v:5.1f}%  {k}" for k, v in p["self_top"][:15]]
-            lines.append("  top inclusive (all code):")
-            lines += [f"    {v:5.1f}%  {k}" for k, v in p["inclusive_top"][:25]]
+            lines.append("  top inclusive (all code; the start-up trunk above 95% left out):")
+            lines += [f"    {v:5.1f}%  {k}" for k, v in p["inclusive_top"] if v <= 95][:15]
             lines.append("  top inclusive (Hearth code):")
-            lines += [f"    {v:5.1f}%  {k}" for k, v in p["hearth_inclusive_top"][:15]]
+            lines += [f"    {v:5.1f}%  {k}" for k, v in p["hearth_inclusive_top"] if v <= 95][:15]
     return "\n".join(lines)
 
 
@@ -1276,7 +1276,7 @@ def markdown(results: dict[str, Any]) -> str:
         "ready_s": "start → /readyz 200 (worst of the starts)",
     }
     units = {"nonstream_c64_rps": " req/s", "ratio_vs_litellm": "×", "added_p50_ms": " ms",
-             "ttft_overhead_p50_ms": " ms", "streams_c64_per_s": "/s", "idle_rss_mb": " MB", "ready_s": " s"}
+             "ttft_overhead_p50_ms": " ms", "streams_c64_per_s": "/s", "idle_rss_mb": " MiB", "ready_s": " s"}
     digits = {"nonstream_c64_rps": 0, "ratio_vs_litellm": 1, "added_p50_ms": 3, "ttft_overhead_p50_ms": 3,
               "streams_c64_per_s": 0, "idle_rss_mb": 1, "ready_s": 2}
     for name, t in s["targets"].items():
@@ -1289,13 +1289,15 @@ def markdown(results: dict[str, Any]) -> str:
     if lmeasured:
         out.append(f"LiteLLM for comparison: added p50 {fmt(dv['litellm_added_p50_ms'], 2)} ms, TTFT overhead "
                    f"{fmt(dv['litellm_ttft_overhead_p50_ms'], 2)} ms, ready in {results['litellm'].get('ready_s')} s, "
-                   f"idle RSS {fmt((results['litellm'].get('idle_rss_kb') or 0) / 1024, 1)} MB.")
+                   f"idle RSS {fmt((results['litellm'].get('idle_rss_kb') or 0) / 1024, 1)} MiB.")
     else:
         out.append(f"LiteLLM was not measured: {results['litellm'].get('reason')}.")
     ready = results.get("ready_s", {})
     logs = results.get("request_logs", {})
     out.append(f"Hearth ready (s): fresh database {ready.get('fresh_db')}, restarts {ready.get('restart')}. "
-               f"RSS MB: idle {fmt(s['hearth_idle_rss_mb'], 1)}, after load {fmt(s['hearth_rss_after_load_mb'], 1)}, "
+               f"RSS MiB (VmRSS kB / 1024): idle {fmt(s['hearth_idle_rss_mb'], 1)} "
+               f"(= {fmt((s['hearth_idle_rss_mb'] or 0) * 1.048576, 1)} MB decimal), "
+               f"after load {fmt(s['hearth_rss_after_load_mb'], 1)}, "
                f"peak {fmt(s['hearth_peak_rss_mb'], 1)}. Request-log rows written: "
                f"{logs.get('rows')} (requests the generators completed through Hearth, warm-ups and profiling "
                f"included: {logs.get('completed_by_generators')}; rows also include requests cut at the end of "

@@ -48,6 +48,8 @@ def serve(
     refuse_memory_with_workers(settings)
     configure_logging(settings.log_level)
     if settings.workers > 1:
+        # Migrate once here, so N workers starting together do not race on a fresh database.
+        _migrate_database(settings)
         uvicorn.run("hearth.app:create_asgi", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_config=None, access_log=settings.access_log,
                     loop="auto", http="auto")
@@ -56,20 +58,24 @@ def serve(
                 access_log=settings.access_log, loop="auto", http="auto", timeout_graceful_shutdown=5)
 
 
-@app.command()
-def migrate(config: Annotated[Path | None, typer.Option()] = None) -> None:
-    """Apply database migrations and exit."""
+def _migrate_database(settings: Settings) -> None:
     from hearth.store.db import create_engine
     from hearth.store.db import migrate as run_migrations
 
-    settings = _settings(config)
-
     async def _run() -> None:
         engine = create_engine(settings.database_url)
-        await run_migrations(engine)
-        await engine.dispose()
+        try:
+            await run_migrations(engine)
+        finally:
+            await engine.dispose()
 
     asyncio.run(_run())
+
+
+@app.command()
+def migrate(config: Annotated[Path | None, typer.Option()] = None) -> None:
+    """Apply database migrations and exit."""
+    _migrate_database(_settings(config))
     typer.echo("database is at the newest revision")
 
 

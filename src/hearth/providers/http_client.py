@@ -11,5 +11,5 @@ import aiohttp
 def create_session() -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30,
                                      enable_cleanup_closed=True)
-    return aiohttp.ClientSession(connector=connector, auto_decompress=True, skip_auto_headers=("User-Agent",),
-                                 headers={"User-Agent": "hearth"})
+    # An explicit User-Agent (rather than skip_auto_headers) keeps aiohttp on its fast header path.
+    return aiohttp.ClientSession(connector=connector, auto_decompress=True, headers={"User-Agent": "hearth"})

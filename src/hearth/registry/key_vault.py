@@ -11,9 +11,7 @@ import base64
 import binascii
 import os
 from pathlib import Path
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import Any
 
 from hearth.observability.logging import get_logger, mask_secret
 
@@ -42,7 +40,7 @@ def load_master_key(env_value: str | None, key_file: Path) -> bytes:
     if key_file.exists():
         return parse_master_key(key_file.read_text())
     key_file.parent.mkdir(parents=True, exist_ok=True)
-    key = AESGCM.generate_key(bit_length=256)
+    key = os.urandom(32)
     fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(key.hex())
@@ -53,23 +51,38 @@ def load_master_key(env_value: str | None, key_file: Path) -> bytes:
 
 
 class KeyVault:
-    """Encrypts provider keys; the associated data binds a ciphertext to its endpoint name."""
+    """Encrypts provider keys; the associated data binds a ciphertext to its endpoint name.
+
+    ``cryptography`` is imported on first use: a deployment without stored keys (the demo) never
+    pays its ~5 MB of resident memory.
+    """
 
     def __init__(self, master_key: bytes) -> None:
-        self._aead = AESGCM(master_key)
+        self._master_key = master_key
+        self._cipher: Any = None
+
+    def _aead(self) -> Any:
+        if self._cipher is None:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._cipher = AESGCM(self._master_key)
+        return self._cipher
 
     def encrypt(self, plaintext: str, context: str) -> str:
         nonce = os.urandom(12)
-        sealed = self._aead.encrypt(nonce, plaintext.encode(), context.encode())
+        sealed = self._aead().encrypt(nonce, plaintext.encode(), context.encode())
         return (_VERSION + b":" + base64.b64encode(nonce + sealed)).decode()
 
     def decrypt(self, token: str, context: str) -> str:
         version, _, payload = token.encode().partition(b":")
         if version != _VERSION:
             raise KeyVaultError("unknown key ciphertext version")
+        from cryptography.exceptions import InvalidTag
+
         blob = base64.b64decode(payload)
         try:
-            return self._aead.decrypt(blob[:12], blob[12:], context.encode()).decode()
+            plain: bytes = self._aead().decrypt(blob[:12], blob[12:], context.encode())
+            return plain.decode()
         except InvalidTag as exc:
             raise KeyVaultError(
                 f"cannot decrypt the key of {context!r}: wrong HEARTH_MASTER_KEY or tampered data") from exc

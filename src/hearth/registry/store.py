@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.auth.callers import load_callers, upsert_caller
@@ -74,9 +75,27 @@ async def _upsert(conn: AsyncConnection, table: Table, key: dict[str, Any], valu
     report.updated.append(label)
 
 
+_APPLY_LOCK_ID = 0x48524547  # "HREG"
+
+
 async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) -> ApplyReport:
+    """Apply ``spec`` in one transaction. Safe when several processes apply the same file at once
+    (they start together): PostgreSQL serializes them with an advisory lock; on SQLite a process that
+    loses an insert race simply applies again and finds everything in place."""
+    for attempt in range(3):
+        try:
+            return await _apply_once(engine, spec, vault)
+        except IntegrityError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) -> ApplyReport:
     report = ApplyReport()
     async with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _APPLY_LOCK_ID})
         for p in spec.providers:
             await _upsert(conn, providers, {"name": p.name},
                           {"kind": p.kind, "base_url": p.base_url, "enabled": p.enabled},
