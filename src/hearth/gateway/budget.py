@@ -26,6 +26,20 @@ NO_SUBJECT = "_none"  # the bucket for calls that name no tenant/user: they cann
 
 def period_key(period: str, now: datetime) -> tuple[str, float]:
     """The counter suffix for ``now`` and how long that counter should live (0 = forever)."""
+    minute = int(now.timestamp() // 60)
+    cached = _PERIOD_CACHE.get((period, minute))
+    if cached is None:
+        cached = _period_key(period, now)
+        if len(_PERIOD_CACHE) > 64:
+            _PERIOD_CACHE.clear()
+        _PERIOD_CACHE[(period, minute)] = cached
+    return cached
+
+
+_PERIOD_CACHE: dict[tuple[str, int], tuple[str, float]] = {}
+
+
+def _period_key(period: str, now: datetime) -> tuple[str, float]:
     ts = now.timestamp()
     if period == "day":
         end = datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp() + 86400

@@ -94,11 +94,7 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[
     for a, c in zip(budgets, charges, strict=True):
         ledger.reserved(call_id, a.budget.name, a.key, c.amount)
     if charges:
-        try:
-            values = await state.counters(tuple(c.key for c in charges))
-            grant.remaining = [(a, a.budget.limit - v) for a, v in zip(budgets, values, strict=True)]
-        except StateUnavailable:
-            grant.remaining = []
+        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(budgets, result.lease.budget_values, strict=True)]
     return grant
 
 
@@ -108,17 +104,18 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
     if grant.finished:
         return
     grant.finished = True
-    if grant.lease is not None:
+    if grant.lease is None:
+        return
+    if not grant.charges:
         try:
             await state.release(grant.lease, actual_tokens)
         except StateUnavailable:
             log.warning("caller_lease_release_failed", hint="the lease expires by its TTL")
-    if not grant.charges:
         return
     charged = tuple(min(actual, c.amount) for actual, c in zip(actual_amounts, grant.charges, strict=True))
     refunds = tuple(c.amount - ch for c, ch in zip(grant.charges, charged, strict=True))
     try:
-        first = await state.settle(grant.call_id, grant.charges, refunds, SETTLE_MARKER_TTL_S)
+        first = await state.release_and_settle(grant.lease, actual_tokens, refunds, SETTLE_MARKER_TTL_S)
     except StateUnavailable:
         # Unsettled reservations stay spent (the safe side); the ledger keeps the reservation.
         log.warning("budget_settle_failed", call_id=grant.call_id)

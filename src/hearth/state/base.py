@@ -50,6 +50,7 @@ class Lease:
     window: int  # the minute window in which TPM/RPM were counted
     released: bool = False
     budgets: tuple[BudgetCharge, ...] = ()
+    budget_values: tuple[int, ...] = ()  # each budget counter right after this lease's charge
 
 
 @dataclass(slots=True, frozen=True)
@@ -89,6 +90,11 @@ class StateBackend(Protocol):
     async def settle(self, call_id: str, charges: tuple[BudgetCharge, ...], refunds: tuple[int, ...],
                      marker_ttl_s: float) -> bool:
         """Give back ``refunds[i]`` on ``charges[i]``, once per ``call_id``; True if this call did it."""
+        ...
+
+    async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
+                                 marker_ttl_s: float) -> bool:
+        """:meth:`release` then :meth:`settle` (with ``lease.lease_id`` as the call id), in one round trip."""
         ...
 
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:

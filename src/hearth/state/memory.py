@@ -78,14 +78,17 @@ class MemoryState:
                 self._rpm[(s.key, window)] += 1
             if s.tpm:
                 self._tpm[(s.key, window)] += tokens
+        values = []
         for b in budgets:
             if not self._live(b.key, now):
                 self._counters[b.key] = 0
                 if b.ttl_s:
                     self._expiring[b.key] = now + b.ttl_s
             self._counters[b.key] += b.amount
+            values.append(self._counters[b.key])
         self._gc_windows(window)
-        return AcquireResult(lease=Lease(lease_id, scopes, tokens, window, budgets=budgets))
+        return AcquireResult(lease=Lease(lease_id, scopes, tokens, window, budgets=budgets,
+                                         budget_values=tuple(values)))
 
     def _gc_windows(self, window: int) -> None:
         if len(self._rpm) + len(self._tpm) > 4096:
@@ -121,6 +124,11 @@ class MemoryState:
             if refund > 0 and self._live(charge.key, now):
                 self._counters[charge.key] = max(0, self._counters[charge.key] - refund)
         return True
+
+    async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
+                                 marker_ttl_s: float) -> bool:
+        await self.release(lease, actual_tokens)
+        return await self.settle(lease.lease_id, lease.budgets, refunds, marker_ttl_s)
 
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
         now = time.time()

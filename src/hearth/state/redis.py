@@ -31,10 +31,10 @@ class RedisState:
     name = "redis"
 
     def __init__(self, url: str, prefix: str = "hearth:") -> None:
-        # A blocking pool: a burst beyond max_connections waits briefly for a connection instead of
-        # failing ("too many connections" would otherwise look like Redis being down → 503).
-        pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=128, timeout=2.0,
-                                                        socket_connect_timeout=1.0, socket_timeout=2.0)
+        # A plain pool sized well above any burst: the blocking pool's per-checkout timeout cost a
+        # measurable share of the event loop under load, and a burst must not fail as "too many".
+        pool = aioredis.ConnectionPool.from_url(url, max_connections=2048, socket_connect_timeout=1.0,
+                                                socket_timeout=2.0)
         self._redis = aioredis.Redis(connection_pool=pool)
         self._p = prefix
         self._acquire = self._redis.register_script((_LUA / "acquire.lua").read_text())
@@ -60,7 +60,8 @@ class RedisState:
         except RedisError as exc:
             raise StateUnavailable(str(exc)) from exc
         if int(res[0]) == 1:
-            return AcquireResult(lease=Lease(lease_id, scopes, tokens, int(res[1]), budgets=budgets))
+            return AcquireResult(lease=Lease(lease_id, scopes, tokens, int(res[1]), budgets=budgets,
+                                             budget_values=tuple(int(v) for v in res[2:])))
         idx, limit, wait_ms = int(res[1]), res[2], float(res[3])
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)
         if limit == "cooldown":
@@ -71,16 +72,36 @@ class RedisState:
             scope = scopes[idx - 1].key
         return AcquireResult(refusal=Refusal(scope, limit, wait_ms / 1000))
 
-    async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
-        if lease.released:
-            return
-        lease.released = True
+    def _release_call(self, lease: Lease, actual_tokens: int | None) -> tuple[list[str], list[str | int]]:
         delta = 0 if actual_tokens is None else actual_tokens - lease.tokens
         keys: list[str] = []
         args: list[str | int] = [lease.lease_id, delta, len(lease.scopes)]
         for s in lease.scopes:
             keys += [self._k("c", s.key), self._k("t", s.key, lease.window)]
             args += ["1" if s.max_concurrency else "0", "1" if s.tpm else "0"]
+        return keys, args
+
+    async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
+                                 marker_ttl_s: float) -> bool:
+        if lease.released:
+            return await self.settle(lease.lease_id, lease.budgets, refunds, marker_ttl_s)
+        lease.released = True
+        keys, args = self._release_call(lease, actual_tokens)
+        settle_keys = [self._k("settled", lease.lease_id), *(self._k("b", c.key) for c in lease.budgets)]
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                await self._release(keys=keys, args=args, client=pipe)
+                await self._settle(keys=settle_keys, args=[max(1, int(marker_ttl_s * 1000)), *refunds], client=pipe)
+                _, settled = await pipe.execute()
+        except RedisError as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return bool(int(settled))
+
+    async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        keys, args = self._release_call(lease, actual_tokens)
         try:
             await self._release(keys=keys, args=args)
         except RedisError as exc:

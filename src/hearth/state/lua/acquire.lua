@@ -5,7 +5,8 @@
 --       base (":<minute>" is appended here); then m budget counters; then the cooldown keys.
 -- ARGV: lease_id, ttl_ms, tokens, n_scopes, m_budgets, then per scope: maxc, rpm, tpm,
 --       then per budget: limit, amount, ttl_ms.
--- Returns {1, minute} when admitted, else {0, key_index, limit, retry_after_ms}.
+-- Returns {1, minute, budget counters after the charge...} when admitted,
+-- else {0, key_index, limit, retry_after_ms}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local minute = math.floor(now / 60000)
@@ -72,11 +73,12 @@ for i = 0, n - 1 do
   end
 end
 
+local result = {1, minute}
 for i = 0, m - 1 do
   local key = KEYS[k0 + i + 1]
   local amount = tonumber(ARGV[b0 + 2 + 3 * i])
   local kttl = tonumber(ARGV[b0 + 3 + 3 * i])
-  redis.call('INCRBY', key, amount)
+  result[#result + 1] = redis.call('INCRBY', key, amount)
   if kttl > 0 and redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, kttl) end
 end
-return {1, minute}
+return result
