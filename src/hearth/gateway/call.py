@@ -133,8 +133,7 @@ class Gateway:
         self.health.succeeded(ep.name, (time.perf_counter() - ctx.started) * 1000)
         estimated = reply.usage is None
         usage = reply.usage or Usage(prompt, 0)
-        await self.release(adm.lease, usage.prompt_tokens + usage.completion_tokens)
-        await self.finish(ctx, usage)
+        await self.finish(ctx, usage, adm.lease)
         self.record(ctx, 200, None, usage, estimated)
         return reply
 
@@ -174,14 +173,21 @@ class Gateway:
                                        reservation_charges(budgets, prompt + reserve, money), prompt + reserve,
                                        self.settings.limit_wait_s, self.lease_ttl_s)
 
-    async def finish(self, ctx: CallContext, usage: Usage | None) -> None:
-        """Release the caller's slots and settle its budgets with the real usage (None → refund all)."""
+    async def finish(self, ctx: CallContext, usage: Usage | None, endpoint_lease: Lease | None = None) -> None:
+        """Release the endpoint's lease (if given) and the caller's slots, and settle the caller's budgets
+        with the real usage (None → refund all) — in one state-backend round trip when governed."""
+        tokens = usage.prompt_tokens + usage.completion_tokens if usage else None
         grant = ctx.grant
-        if grant is None or grant.finished:
+        if grant is None or grant.finished or grant.lease is None:
+            if endpoint_lease is not None:
+                await self.release(endpoint_lease, tokens)
+            if grant is not None:
+                grant.finished = True
             return
         prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
         amounts = actual_amounts(grant.budgets, self.registry, ctx.endpoint, ctx.model, prompt, completion)
-        await finish_caller(self.state, self.ledger, grant, prompt + completion if usage else None, amounts)
+        also = ((endpoint_lease, tokens),) if endpoint_lease is not None else ()
+        await finish_caller(self.state, self.ledger, grant, tokens, amounts, also)
 
     def _provider(self, ep: Endpoint) -> Provider:
         return self.providers[ep.kind]

@@ -99,25 +99,27 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[
 
 
 async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant, actual_tokens: int | None,
-                        actual_amounts: tuple[int, ...]) -> None:
-    """Release the caller's slots and settle its budgets once. Never raises: it runs on every exit path."""
+                        actual_amounts: tuple[int, ...],
+                        also_release: tuple[tuple[Lease, int | None], ...] = ()) -> None:
+    """Release the caller's slots and settle its budgets once (with ``also_release`` — the endpoint's
+    lease — in the same round trip). Never raises: it runs on every exit path."""
     if grant.finished:
         return
     grant.finished = True
-    if grant.lease is None:
-        return
-    if not grant.charges:
-        try:
-            await state.release(grant.lease, actual_tokens)
-        except StateUnavailable:
-            log.warning("caller_lease_release_failed", hint="the lease expires by its TTL")
+    if grant.lease is None or not grant.charges:
+        for lease, tokens in (*also_release, *(((grant.lease, actual_tokens),) if grant.lease else ())):
+            try:
+                await state.release(lease, tokens)
+            except StateUnavailable:
+                log.warning("lease_release_failed", hint="the lease expires by its TTL")
         return
     charged = tuple(min(actual, c.amount) for actual, c in zip(actual_amounts, grant.charges, strict=True))
     refunds = tuple(c.amount - ch for c, ch in zip(grant.charges, charged, strict=True))
     try:
-        first = await state.release_and_settle(grant.lease, actual_tokens, refunds, SETTLE_MARKER_TTL_S)
+        first = await state.release_and_settle(grant.lease, actual_tokens, refunds, SETTLE_MARKER_TTL_S, also_release)
     except StateUnavailable:
         # Unsettled reservations stay spent (the safe side); the ledger keeps the reservation.
+        # Leases expire by their TTL.
         log.warning("budget_settle_failed", call_id=grant.call_id)
         return
     if not first:

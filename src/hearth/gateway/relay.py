@@ -81,6 +81,5 @@ class RelayStream:
             estimated = usage is None
             if usage is None:
                 usage = Usage(self._prompt_estimate, self._upstream.completion_estimate)
-            await self._gw.release(self._adm.lease, usage.prompt_tokens + usage.completion_tokens)
-            await self._gw.finish(self._ctx, usage)
+            await self._gw.finish(self._ctx, usage, self._adm.lease)
             self._gw.record(self._ctx, self._status, self._error_code, usage, estimated)

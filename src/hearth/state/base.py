@@ -93,8 +93,10 @@ class StateBackend(Protocol):
         ...
 
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
-                                 marker_ttl_s: float) -> bool:
-        """:meth:`release` then :meth:`settle` (with ``lease.lease_id`` as the call id), in one round trip."""
+                                 marker_ttl_s: float,
+                                 also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
+        """:meth:`release` (plus ``also_release``) then :meth:`settle` with ``lease.lease_id`` as the call
+        id, in one round trip."""
         ...
 
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:

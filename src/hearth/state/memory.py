@@ -126,7 +126,10 @@ class MemoryState:
         return True
 
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
-                                 marker_ttl_s: float) -> bool:
+                                 marker_ttl_s: float,
+                                 also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
+        for other, tokens in also_release:
+            await self.release(other, tokens)
         await self.release(lease, actual_tokens)
         return await self.settle(lease.lease_id, lease.budgets, refunds, marker_ttl_s)
 

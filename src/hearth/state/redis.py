@@ -82,20 +82,21 @@ class RedisState:
         return keys, args
 
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
-                                 marker_ttl_s: float) -> bool:
-        if lease.released:
-            return await self.settle(lease.lease_id, lease.budgets, refunds, marker_ttl_s)
-        lease.released = True
-        keys, args = self._release_call(lease, actual_tokens)
+                                 marker_ttl_s: float,
+                                 also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
         settle_keys = [self._k("settled", lease.lease_id), *(self._k("b", c.key) for c in lease.budgets)]
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
-                await self._release(keys=keys, args=args, client=pipe)
+                for held, tokens in ((*also_release, (lease, actual_tokens))):
+                    if not held.released:
+                        held.released = True
+                        keys, args = self._release_call(held, tokens)
+                        await self._release(keys=keys, args=args, client=pipe)
                 await self._settle(keys=settle_keys, args=[max(1, int(marker_ttl_s * 1000)), *refunds], client=pipe)
-                _, settled = await pipe.execute()
+                results = await pipe.execute()
         except RedisError as exc:
             raise StateUnavailable(str(exc)) from exc
-        return bool(int(settled))
+        return bool(int(results[-1]))
 
     async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
         if lease.released:
