@@ -40,6 +40,7 @@ class RedisState:
         self._acquire = self._redis.register_script((_LUA / "acquire.lua").read_text())
         self._release = self._redis.register_script((_LUA / "release.lua").read_text())
         self._settle = self._redis.register_script((_LUA / "settle.lua").read_text())
+        self._finish = self._redis.register_script((_LUA / "finish.lua").read_text())
 
     def _k(self, kind: str, key: str, window: int | None = None) -> str:
         return f"{self._p}{kind}:{key}" if window is None else f"{self._p}{kind}:{key}:{window}"
@@ -84,19 +85,24 @@ class RedisState:
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
                                  marker_ttl_s: float,
                                  also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
-        settle_keys = [self._k("settled", lease.lease_id), *(self._k("b", c.key) for c in lease.budgets)]
+        keys: list[str] = [self._k("settled", lease.lease_id)]
+        args: list[str | int] = [max(1, int(marker_ttl_s * 1000)), 0]
+        for held, tokens in (*also_release, (lease, actual_tokens)):
+            if held.released:
+                continue
+            held.released = True
+            args[1] = int(args[1]) + 1
+            args += [held.lease_id, 0 if tokens is None else tokens - held.tokens, len(held.scopes)]
+            for s in held.scopes:
+                keys += [self._k("c", s.key), self._k("t", s.key, held.window)]
+                args += ["1" if s.max_concurrency else "0", "1" if s.tpm else "0"]
+        keys += [self._k("b", c.key) for c in lease.budgets]
+        args += list(refunds)
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for held, tokens in ((*also_release, (lease, actual_tokens))):
-                    if not held.released:
-                        held.released = True
-                        keys, args = self._release_call(held, tokens)
-                        await self._release(keys=keys, args=args, client=pipe)
-                await self._settle(keys=settle_keys, args=[max(1, int(marker_ttl_s * 1000)), *refunds], client=pipe)
-                results = await pipe.execute()
+            settled = await self._finish(keys=keys, args=args)
         except RedisError as exc:
             raise StateUnavailable(str(exc)) from exc
-        return bool(int(results[-1]))
+        return bool(int(settled))
 
     async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
         if lease.released:

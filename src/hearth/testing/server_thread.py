@@ -76,6 +76,9 @@ class HearthServerThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
+        """Graceful stop (the lifespan shutdown runs: writers flush, locks are released)."""
         self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(15)
+            self._thread.join(20)
+            if self._thread.is_alive():
+                raise RuntimeError(f"Hearth on port {self.port} did not stop within 20 s")

@@ -1,0 +1,33 @@
+-- Finish a call in one step: release several leases (concurrency slots, TPM correction) and settle
+-- the call's budget reservations exactly once.
+-- KEYS: 1 = the call's settle marker; then, for each lease and each of its scopes: lease zset, tpm
+--       counter of the lease's window; then the budget counters.
+-- ARGV: marker_ttl_ms, n_leases, then per lease: lease_id, delta_tokens, n_scopes, then per scope:
+--       has_conc, has_tpm; then one refund per budget counter.
+-- Returns 1 if this invocation settled the budgets, 0 if the call was already settled.
+local k = 2
+local a = 3
+for _ = 1, tonumber(ARGV[2]) do
+  local lease = ARGV[a]
+  local delta = tonumber(ARGV[a + 1])
+  local n = tonumber(ARGV[a + 2])
+  a = a + 3
+  for _ = 1, n do
+    if ARGV[a] == '1' then redis.call('ZREM', KEYS[k], lease) end
+    if ARGV[a + 1] == '1' and delta ~= 0 and redis.call('EXISTS', KEYS[k + 1]) == 1 then
+      local v = redis.call('INCRBY', KEYS[k + 1], delta)
+      if v < 0 then redis.call('SET', KEYS[k + 1], 0, 'KEEPTTL') end
+    end
+    k = k + 2
+    a = a + 2
+  end
+end
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) == false then return 0 end
+for i = k, #KEYS do
+  local refund = tonumber(ARGV[a + i - k])
+  if refund > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+    local v = redis.call('DECRBY', KEYS[i], refund)
+    if v < 0 then redis.call('SET', KEYS[i], 0, 'KEEPTTL') end
+  end
+end
+return 1
