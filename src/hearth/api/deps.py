@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from fastapi import Request
 
-from hearth.auth.internal import bearer_token, check_signature, identify_caller
+from hearth.auth.internal import PendingNonce, bearer_token, check_signature, identify_caller
 from hearth.errors import HearthError
 from hearth.registry.snapshot import Caller
 from hearth.runtime import Runtime
@@ -30,13 +30,13 @@ def authenticate_caller(request: Request) -> Caller:
     return identify_caller(request.headers, rt.gateway.registry, rt.settings)
 
 
-async def authenticated_body(request: Request) -> tuple[Caller, bytes]:
-    """The caller and the raw body, with the request signature verified when one is required."""
+async def authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNonce | None]:
+    """The caller, the raw body and the nonce to claim, with the signature verified when required."""
     rt = runtime(request)
     caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
     raw = await read_body(request)
-    await check_signature(caller, request.scope, raw, request.headers, rt.settings, rt.state)
-    return caller, raw
+    pending = await check_signature(caller, request.scope, raw, request.headers, rt.settings)
+    return caller, raw, pending
 
 
 def client_ip(request: Request) -> str | None:

@@ -31,6 +31,7 @@ from hearth.api.openai_schemas import (
     ModelList,
     request_body,
 )
+from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError
 from hearth.gateway.caller_admission import budget_headers
 from hearth.gateway.context import CallContext
@@ -69,22 +70,24 @@ def _end_user(request: Request, body: dict[str, Any]) -> str | None:
     return user[:256] if isinstance(user, str) and user else None
 
 
-def _context(request: Request, caller: Caller, body: dict[str, Any], route: str) -> CallContext:
+def _context(request: Request, caller: Caller, body: dict[str, Any], route: str,
+             nonce: PendingNonce | None) -> CallContext:
     tenant = request.headers.get("x-hearth-tenant")
     return CallContext(request_id=request_id(request), caller=caller, route=route,
                        end_user=_end_user(request, body), tenant=tenant[:256] if tenant else None,
-                       client_ip=client_ip(request), requested_scene=request.headers.get("x-hearth-scene"))
+                       client_ip=client_ip(request), requested_scene=request.headers.get("x-hearth-scene"),
+                       pending_nonce=nonce)
 
 
 @router.post("/chat/completions", summary="Create a chat completion (stream or not)",
              openapi_extra=request_body(ChatCompletionRequest),
              responses={200: {"model": ChatCompletion, "content": {"text/event-stream": {}}}, **ERROR_RESPONSES})
 async def chat_completions(request: Request) -> Response:
-    caller, raw = await authenticated_body(request)
+    caller, raw, nonce = await authenticated_body(request)
     body = parse_json_object(raw)
     validate_chat(body)
     gw = runtime(request).gateway
-    ctx = _context(request, caller, body, "chat")
+    ctx = _context(request, caller, body, "chat", nonce)
     if body.get("stream"):
         relay = await gw.open_stream(ctx, body)
         return EventStreamResponse(relay, _call_headers(ctx))
@@ -103,12 +106,12 @@ def _call_headers(ctx: CallContext) -> dict[str, str]:
 @router.post("/embeddings", summary="Create embeddings", openapi_extra=request_body(EmbeddingRequest),
              responses={200: {"model": EmbeddingResponse}, **ERROR_RESPONSES})
 async def embeddings(request: Request) -> Response:
-    caller, raw = await authenticated_body(request)
+    caller, raw, nonce = await authenticated_body(request)
     body = parse_json_object(raw)
     inputs = body.get("input")
     if not isinstance(inputs, str | list) or not inputs:
         raise _invalid("`input` must be a non-empty string or array.", "input")
-    ctx = _context(request, caller, body, "embeddings")
+    ctx = _context(request, caller, body, "embeddings", nonce)
     reply = await runtime(request).gateway.embed(ctx, body)
     return Response(reply.body, media_type="application/json", headers=_call_headers(ctx))
 

@@ -58,18 +58,43 @@ def identify_caller(headers: Mapping[str, str], registry: Registry, settings: Se
     return caller
 
 
+PendingNonce = tuple[str, float]  # (state key, TTL): claimed atomically with the call's admission
+
+
 async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes, headers: Mapping[str, str],
-                          settings: Settings, state: StateBackend) -> None:
+                          settings: Settings) -> PendingNonce | None:
+    """Verify the signature if this caller must sign; return the nonce still to be claimed.
+
+    The nonce is not claimed here: the gateway claims it inside the same atomic state-backend step
+    that admits the call (one round trip fewer per signed request). A replay then fails at admission
+    with ``nonce_replayed``; a request refused before admission consumed nothing, and its replay is
+    refused the same way.
+    """
     if not (caller.require_signature or settings.require_signatures):
-        return
+        return None
     key = caller.signing_key or settings.signature_key
     if key is None:
         raise HearthError("signature_required", "Signatures are required but no signing key is configured "
                           "for this caller; ask the operator.")
+    pending: list[PendingNonce] = []
+
+    async def defer(nonce_key: str, ttl_s: float) -> bool:
+        pending.append((nonce_key, ttl_s))
+        return True
+
     try:
         await verify_request(key=key, method=scope["method"], path_with_query=raw_path_with_query(scope), body=body,
-                             headers=headers, claim_nonce=state.claim_once, window_s=settings.signature_window_s)
+                             headers=headers, claim_nonce=defer, window_s=settings.signature_window_s)
     except SignatureError as exc:
         raise HearthError(exc.code, exc.message, details=exc.details) from exc
+    return pending[0] if pending else None
+
+
+async def claim_nonce_now(state: StateBackend, pending: PendingNonce) -> None:
+    """Claim a nonce on its own (calls that take no other state-backend step)."""
+    try:
+        fresh = await state.claim_once(*pending)
     except StateUnavailable as exc:
         raise HearthError("state_backend_unavailable", retry_after=2) from exc
+    if not fresh:
+        raise HearthError("nonce_replayed", "This X-Nonce was already used.")

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from hearth.auth.internal import claim_nonce_now
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.gateway.admission import Admitted
 from hearth.gateway.attempts import run_with_fallback
@@ -168,10 +169,12 @@ class Gateway:
         money = micro_cost(highest_price(self.registry, route.models), prompt, reserve)
         ctx.estimated_cost = money / MICRO
         if not scopes and not budgets:
+            if ctx.pending_nonce is not None:
+                await claim_nonce_now(self.state, ctx.pending_nonce)
             return
         ctx.grant = await admit_caller(self.state, self.ledger, scopes, budgets,
                                        reservation_charges(budgets, prompt + reserve, money), prompt + reserve,
-                                       self.settings.limit_wait_s, self.lease_ttl_s)
+                                       self.settings.limit_wait_s, self.lease_ttl_s, ctx.pending_nonce)
 
     async def finish(self, ctx: CallContext, usage: Usage | None, endpoint_lease: Lease | None = None) -> None:
         """Release the endpoint's lease (if given) and the caller's slots, and settle the caller's budgets

@@ -58,6 +58,8 @@ def caller_scopes(caller: Caller, tenant: str | None, user: str | None, ip: str 
 
 
 def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: list[Applicable]) -> HearthError:
+    if limit == "once":
+        return HearthError("nonce_replayed", "This X-Nonce was already used.")
     if limit == "budget":
         names = [a.budget.name for a in budgets if a.key == scope_key]
         return HearthError("budget_exhausted", f"The budget `{names[0] if names else scope_key}` has no room for "
@@ -70,16 +72,16 @@ def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: list
 
 async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[Scope, ...],
                        budgets: list[Applicable], charges: tuple[BudgetCharge, ...], tokens: int,
-                       wait_s: float, lease_ttl_s: float) -> CallerGrant:
+                       wait_s: float, lease_ttl_s: float, nonce: tuple[str, float] | None = None) -> CallerGrant:
+    """Take every limit and budget reservation (and claim a signed request's nonce) in one step."""
     call_id = os.urandom(12).hex()
-    if not scopes and not charges:
-        return CallerGrant(call_id, None)
+    once = (nonce,) if nonce is not None else ()
     if charges and ledger.backlog > ledger.max_backlog:
         raise HearthError("budget_ledger_backlog", retry_after=2)
     give_up = time.monotonic() + wait_s
     while True:
         try:
-            result = await state.acquire(call_id, scopes, tokens, lease_ttl_s, (), charges)
+            result = await state.acquire(call_id, scopes, tokens, lease_ttl_s, (), charges, once)
         except StateUnavailable as exc:
             raise HearthError("state_backend_unavailable", retry_after=2) from exc
         if result.lease is not None:

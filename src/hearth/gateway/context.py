@@ -31,6 +31,7 @@ class CallContext:
     effective_max_tokens: int | None = None
     estimated_cost: float | None = None
     grant: CallerGrant | None = None
+    pending_nonce: tuple[str, float] | None = None  # a signed request's nonce, claimed at admission
 
     @property
     def caller_name(self) -> str | None:

@@ -56,7 +56,7 @@ class Lease:
 @dataclass(slots=True, frozen=True)
 class Refusal:
     scope: str
-    limit: str  # concurrency | rpm | tpm | cooldown | budget
+    limit: str  # concurrency | rpm | tpm | cooldown | budget | once
     retry_after_s: float = 0.0
 
 
@@ -79,8 +79,10 @@ class StateBackend(Protocol):
     name: str
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = ()) -> AcquireResult:
-        """All scopes and all budget charges are taken together, or nothing is."""
+                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
+                      once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
+        """All scopes, budget charges and one-time claims (``once``: key, TTL — as :meth:`claim_once`)
+        are taken together, or nothing is; an already claimed key refuses with limit ``once``."""
         ...
 
     async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:

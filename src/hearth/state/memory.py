@@ -48,8 +48,12 @@ class MemoryState:
         return key in self._counters
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = ()) -> AcquireResult:
+                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
+                      once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
         now = time.time()
+        for key, _ in once:
+            if self._live(f"once:{key}", now):
+                return AcquireResult(refusal=Refusal(key, "once", 0.0))
         for key in cooldown_keys:
             until = self._cooldowns.get(key)
             if until is not None:
@@ -78,6 +82,9 @@ class MemoryState:
                 self._rpm[(s.key, window)] += 1
             if s.tpm:
                 self._tpm[(s.key, window)] += tokens
+        for key, ttl in once:
+            self._counters[f"once:{key}"] = 1
+            self._expiring[f"once:{key}"] = now + ttl
         values = []
         for b in budgets:
             if not self._live(b.key, now):

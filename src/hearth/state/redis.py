@@ -46,15 +46,19 @@ class RedisState:
         return f"{self._p}{kind}:{key}" if window is None else f"{self._p}{kind}:{key}:{window}"
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = ()) -> AcquireResult:
+                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
+                      once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
         keys: list[str] = []
-        args: list[str | int] = [lease_id, int(ttl_s * 1000), tokens, len(scopes), len(budgets)]
+        args: list[str | int] = [lease_id, int(ttl_s * 1000), tokens, len(scopes), len(budgets), len(once)]
         for s in scopes:
             keys += [self._k("c", s.key), self._k("r", s.key), self._k("t", s.key)]
             args += [s.max_concurrency, s.rpm, s.tpm]
         for b in budgets:
             keys.append(self._k("b", b.key))
             args += [b.limit, b.amount, int(b.ttl_s * 1000)]
+        for key, ttl in once:
+            keys.append(self._k("once", key))
+            args.append(max(1, int(ttl * 1000)))
         keys += [self._k("cd", k) for k in cooldown_keys]
         try:
             res = await self._acquire(keys=keys, args=args)
@@ -66,7 +70,9 @@ class RedisState:
         idx, limit, wait_ms = int(res[1]), res[2], float(res[3])
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)
         if limit == "cooldown":
-            scope = cooldown_keys[idx - 3 * len(scopes) - len(budgets) - 1]
+            scope = cooldown_keys[idx - 3 * len(scopes) - len(budgets) - len(once) - 1]
+        elif limit == "once":
+            scope = once[idx - 3 * len(scopes) - len(budgets) - 1][0]
         elif limit == "budget":
             scope = budgets[idx - 3 * len(scopes) - 1].key
         else:

@@ -2,9 +2,10 @@
 -- Time comes from the Redis server, so processes on machines with skewed clocks agree on lease
 -- expiry and on the minute window.
 -- KEYS: for each scope i (0-based): 3i+1 = lease zset, 3i+2 = rpm counter base, 3i+3 = tpm counter
---       base (":<minute>" is appended here); then m budget counters; then the cooldown keys.
--- ARGV: lease_id, ttl_ms, tokens, n_scopes, m_budgets, then per scope: maxc, rpm, tpm,
---       then per budget: limit, amount, ttl_ms.
+--       base (":<minute>" is appended here); then m budget counters; then o one-time keys (nonces);
+--       then the cooldown keys.
+-- ARGV: lease_id, ttl_ms, tokens, n_scopes, m_budgets, o_once, then per scope: maxc, rpm, tpm,
+--       then per budget: limit, amount, ttl_ms, then per one-time key: ttl_ms.
 -- Returns {1, minute, budget counters after the charge...} when admitted,
 -- else {0, key_index, limit, retry_after_ms}.
 local t = redis.call('TIME')
@@ -17,19 +18,26 @@ local ttl = tonumber(ARGV[2])
 local tokens = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 local m = tonumber(ARGV[5])
-local b0 = 5 + 3 * n  -- ARGV offset of the first budget triple
-local k0 = 3 * n      -- KEYS offset of the first budget key
+local o = tonumber(ARGV[6])
+local b0 = 6 + 3 * n      -- ARGV offset of the first budget triple
+local k0 = 3 * n          -- KEYS offset of the first budget key
+local o0 = b0 + 3 * m     -- ARGV offset of the first one-time TTL
+local ko = k0 + m         -- KEYS offset of the first one-time key
 
-for j = 3 * n + m + 1, #KEYS do
+for i = 1, o do
+  if redis.call('EXISTS', KEYS[ko + i]) == 1 then return {0, ko + i, 'once', 0} end
+end
+
+for j = ko + o + 1, #KEYS do
   local left = redis.call('PTTL', KEYS[j])
   if left > 0 then return {0, j, 'cooldown', left} end
   if left == -1 then return {0, j, 'cooldown', 60000} end
 end
 
 for i = 0, n - 1 do
-  local maxc = tonumber(ARGV[6 + 3 * i])
-  local rpm = tonumber(ARGV[7 + 3 * i])
-  local tpm = tonumber(ARGV[8 + 3 * i])
+  local maxc = tonumber(ARGV[7 + 3 * i])
+  local rpm = tonumber(ARGV[8 + 3 * i])
+  local tpm = tonumber(ARGV[9 + 3 * i])
   if maxc > 0 then
     local zk = KEYS[3 * i + 1]
     redis.call('ZREMRANGEBYSCORE', zk, '-inf', now)
@@ -53,9 +61,9 @@ for i = 0, m - 1 do
 end
 
 for i = 0, n - 1 do
-  local maxc = tonumber(ARGV[6 + 3 * i])
-  local rpm = tonumber(ARGV[7 + 3 * i])
-  local tpm = tonumber(ARGV[8 + 3 * i])
+  local maxc = tonumber(ARGV[7 + 3 * i])
+  local rpm = tonumber(ARGV[8 + 3 * i])
+  local tpm = tonumber(ARGV[9 + 3 * i])
   if maxc > 0 then
     local zk = KEYS[3 * i + 1]
     redis.call('ZADD', zk, now + ttl, lease)
@@ -71,6 +79,10 @@ for i = 0, n - 1 do
     redis.call('INCRBY', tk, tokens)
     redis.call('PEXPIRE', tk, 120000)
   end
+end
+
+for i = 1, o do
+  redis.call('SET', KEYS[ko + i], '1', 'PX', tonumber(ARGV[o0 + i]))
 end
 
 local result = {1, minute}
