@@ -22,7 +22,7 @@ from hearth.registry.snapshot import Caller, LimitSet
 from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable
 
 log = get_logger("hearth.caller_admission")
-SETTLE_MARKER_TTL_S = 7 * 86400
+SETTLE_MARKER_TTL_S = 3600.0  # settlement is attempted within the call; a marker need not outlive it by much
 
 
 @dataclass(slots=True)
