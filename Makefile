@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-export HEARTH_CONFIG ?= examples/hearth.demo.yaml
+# Only `make serve` uses the demo config; tests build their own configuration.
+serve: export HEARTH_CONFIG ?= examples/hearth.demo.yaml
 
 .PHONY: serve test lint typecheck bench clean
 

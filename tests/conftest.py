@@ -23,6 +23,10 @@ from hearth.settings import Settings
 from hearth.testing.fake_upstream import FakeUpstream
 from hearth.testing.server_thread import HearthServerThread
 
+# Tests configure Hearth explicitly; settings from the developer's shell (or `make`) must not leak in.
+for _name in [n for n in os.environ if n.startswith("HEARTH_") and not n.startswith("HEARTH_TEST_")]:
+    del os.environ[_name]
+
 PG_ADMIN_DSN = os.environ.get("HEARTH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("HEARTH_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() == "true"
