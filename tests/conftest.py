@@ -107,24 +107,23 @@ def redis_prefix() -> Iterator[str]:
         client.delete(*keys)
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeUpstream]:
+def _running_fake() -> Iterator[FakeUpstream]:
     upstream = FakeUpstream()
     upstream.start_in_thread()
     try:
         yield upstream
     finally:
         upstream.stop_thread()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeUpstream]:
+    yield from _running_fake()
 
 
 @pytest.fixture
 def fake2() -> Iterator[FakeUpstream]:
-    upstream = FakeUpstream()
-    upstream.start_in_thread()
-    try:
-        yield upstream
-    finally:
-        upstream.stop_thread()
+    yield from _running_fake()
 
 
 def write_config(path: Path, registry: dict[str, Any], server: dict[str, Any] | None = None) -> Path:

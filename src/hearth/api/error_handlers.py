@@ -25,6 +25,11 @@ def render_error(request: Request, exc: HearthError) -> Response:
                     headers=exc.headers())
 
 
+def relayed_error(exc: UpstreamHTTPError) -> Response:
+    """A caller mistake the upstream caught (e.g. 400 context too long): returned as is."""
+    return Response(orjson.dumps(exc.body), status_code=exc.status, media_type="application/json")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HearthError)
     async def _hearth(request: Request, exc: HearthError) -> Response:
@@ -32,8 +37,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UpstreamHTTPError)
     async def _relayed(request: Request, exc: UpstreamHTTPError) -> Response:
-        # A caller mistake the upstream caught (e.g. 400 context too long): returned as is.
-        return Response(orjson.dumps(exc.body), status_code=exc.status, media_type="application/json")
+        return relayed_error(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:

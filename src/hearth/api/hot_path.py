@@ -11,24 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import orjson
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hearth.api import openai
+from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.observability.logging import get_logger
 
 log = get_logger("hearth.api")
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-def _openai_error(exc: HearthError) -> Response:
-    return Response(orjson.dumps(exc.openai_body()), status_code=exc.status, media_type="application/json",
-                    headers=exc.headers())
 
 
 class HotPathApp:
@@ -50,10 +45,10 @@ class HotPathApp:
         try:
             response = await handler(request)
         except HearthError as exc:
-            response = _openai_error(exc)
+            response = render_error(request, exc)
         except UpstreamHTTPError as exc:
-            response = Response(orjson.dumps(exc.body), status_code=exc.status, media_type="application/json")
+            response = relayed_error(exc)
         except Exception as exc:
             log.error("unhandled_error", error=type(exc).__name__, path=scope["path"], exc_info=exc)
-            response = _openai_error(HearthError("internal_error"))
+            response = render_error(request, HearthError("internal_error"))
         await response(scope, receive, send)

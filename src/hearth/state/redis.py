@@ -39,7 +39,6 @@ class RedisState:
         self._p = prefix
         self._acquire = self._redis.register_script((_LUA / "acquire.lua").read_text())
         self._release = self._redis.register_script((_LUA / "release.lua").read_text())
-        self._settle = self._redis.register_script((_LUA / "settle.lua").read_text())
         self._finish = self._redis.register_script((_LUA / "finish.lua").read_text())
 
     def _k(self, kind: str, key: str, window: int | None = None) -> str:
@@ -125,7 +124,7 @@ class RedisState:
                      marker_ttl_s: float) -> bool:
         keys = [self._k("settled", call_id), *(self._k("b", c.key) for c in charges)]
         try:
-            done = await self._settle(keys=keys, args=[max(1, int(marker_ttl_s * 1000)), *refunds])
+            done = await self._finish(keys=keys, args=[max(1, int(marker_ttl_s * 1000)), 0, *refunds])
         except RedisError as exc:
             raise StateUnavailable(str(exc)) from exc
         return bool(int(done))
