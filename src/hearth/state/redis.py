@@ -10,9 +10,6 @@ import asyncio
 import random
 from pathlib import Path
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
 from hearth.state.base import (
     AcquireResult,
     BudgetCharge,
@@ -23,6 +20,9 @@ from hearth.state.base import (
     StateUnavailable,
     minute_window,
 )
+from hearth.state.resp import RespClient, RespError, RespUnavailable, Script
+
+_FAULTS = (RespError, RespUnavailable)  # any of them: fail closed
 
 _LUA = Path(__file__).parent / "lua"
 
@@ -31,15 +31,11 @@ class RedisState:
     name = "redis"
 
     def __init__(self, url: str, prefix: str = "hearth:") -> None:
-        # A plain pool sized well above any burst: the blocking pool's per-checkout timeout cost a
-        # measurable share of the event loop under load, and a burst must not fail as "too many".
-        pool = aioredis.ConnectionPool.from_url(url, max_connections=2048, socket_connect_timeout=1.0,
-                                                socket_timeout=2.0)
-        self._redis = aioredis.Redis(connection_pool=pool)
+        self._redis = RespClient(url, connect_timeout_s=1.0, command_timeout_s=2.0)
         self._p = prefix
-        self._acquire = self._redis.register_script((_LUA / "acquire.lua").read_text())
-        self._release = self._redis.register_script((_LUA / "release.lua").read_text())
-        self._finish = self._redis.register_script((_LUA / "finish.lua").read_text())
+        self._acquire = Script.of((_LUA / "acquire.lua").read_text())
+        self._release = Script.of((_LUA / "release.lua").read_text())
+        self._finish = Script.of((_LUA / "finish.lua").read_text())
 
     def _k(self, kind: str, key: str, window: int | None = None) -> str:
         return f"{self._p}{kind}:{key}" if window is None else f"{self._p}{kind}:{key}:{window}"
@@ -60,8 +56,8 @@ class RedisState:
             args.append(max(1, int(ttl * 1000)))
         keys += [self._k("cd", k) for k in cooldown_keys]
         try:
-            res = await self._acquire(keys=keys, args=args)
-        except RedisError as exc:
+            res = await self._redis.run(self._acquire, keys, args)
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         if int(res[0]) == 1:
             return AcquireResult(lease=Lease(lease_id, scopes, tokens, int(res[1]), budgets=budgets,
@@ -104,8 +100,8 @@ class RedisState:
         keys += [self._k("b", c.key) for c in lease.budgets]
         args += list(refunds)
         try:
-            settled = await self._finish(keys=keys, args=args)
-        except RedisError as exc:
+            settled = await self._redis.run(self._finish, keys, args)
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         return bool(int(settled))
 
@@ -115,8 +111,8 @@ class RedisState:
         lease.released = True
         keys, args = self._release_call(lease, actual_tokens)
         try:
-            await self._release(keys=keys, args=args)
-        except RedisError as exc:
+            await self._redis.run(self._release, keys, args)
+        except _FAULTS as exc:
             # The lease expires by its TTL; nothing is lost but capacity until then.
             raise StateUnavailable(str(exc)) from exc
 
@@ -124,8 +120,8 @@ class RedisState:
                      marker_ttl_s: float) -> bool:
         keys = [self._k("settled", call_id), *(self._k("b", c.key) for c in charges)]
         try:
-            done = await self._finish(keys=keys, args=[max(1, int(marker_ttl_s * 1000)), 0, *refunds])
-        except RedisError as exc:
+            done = await self._redis.run(self._finish, keys, [max(1, int(marker_ttl_s * 1000)), 0, *refunds])
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         return bool(int(done))
 
@@ -133,23 +129,23 @@ class RedisState:
         if not keys:
             return ()
         try:
-            values = await self._redis.mget([self._k("b", k) for k in keys])
-        except RedisError as exc:
+            values = await self._redis.execute("MGET", *(self._k("b", k) for k in keys))
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         return tuple(int(v or 0) for v in values)
 
     async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
         try:
-            done = await self._redis.set(self._k("b", key), value, nx=True,
-                                         px=int(ttl_s * 1000) if ttl_s else None)
-        except RedisError as exc:
+            expiry = ("PX", int(ttl_s * 1000)) if ttl_s else ()
+            done = await self._redis.execute("SET", self._k("b", key), value, "NX", *expiry)
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         return bool(done)
 
     async def claim_once(self, key: str, ttl_s: float) -> bool:
         try:
-            done = await self._redis.set(self._k("once", key), "1", nx=True, px=max(1, int(ttl_s * 1000)))
-        except RedisError as exc:
+            done = await self._redis.execute("SET", self._k("once", key), "1", "NX", "PX", max(1, int(ttl_s * 1000)))
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         return bool(done)
 
@@ -158,37 +154,36 @@ class RedisState:
 
     async def set_cooldown(self, key: str, seconds: float) -> None:
         try:
-            await self._redis.set(self._k("cd", key), "1", px=max(1, int(seconds * 1000)))
-        except RedisError as exc:
+            await self._redis.execute("SET", self._k("cd", key), "1", "PX", max(1, int(seconds * 1000)))
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
 
     async def clear_cooldown(self, key: str) -> None:
         try:
-            await self._redis.delete(self._k("cd", key))
-        except RedisError as exc:
+            await self._redis.execute("DEL", self._k("cd", key))
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
 
     async def usage(self, scope_key: str) -> ScopeUsage:
         try:
-            seconds, micros = await self._redis.time()
-            now = seconds + micros / 1e6
+            seconds, micros = await self._redis.execute("TIME")
+            now = int(seconds) + int(micros) / 1e6
             window = minute_window(now)
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zcount(self._k("c", scope_key), now * 1000, "+inf")
-                pipe.get(self._k("r", scope_key, window))
-                pipe.get(self._k("t", scope_key, window))
-                pipe.pttl(self._k("cd", scope_key))
-                zc, rpm, tpm, cd = await pipe.execute()
-        except RedisError as exc:
+            zc, rpm, tpm, cd = await self._redis.execute_many(
+                ("ZCOUNT", self._k("c", scope_key), now * 1000, "+inf"),
+                ("GET", self._k("r", scope_key, window)),
+                ("GET", self._k("t", scope_key, window)),
+                ("PTTL", self._k("cd", scope_key)))
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         return ScopeUsage(in_flight=int(zc), rpm_used=int(rpm or 0), tpm_used=int(tpm or 0),
                           cooldown_s=max(0, int(cd)) / 1000)
 
     async def ping(self) -> None:
         try:
-            await self._redis.ping()
-        except RedisError as exc:
+            await self._redis.execute("PING")
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._redis.close()

@@ -1,0 +1,268 @@
+"""A small pipelined Redis client for the admission hot path.
+
+Why not redis-py: measured under load (bench/GOVERNANCE_BENCHMARKS.md), each redis-py round trip
+cost Hearth ~60 µs of CPU — pure-Python command packing, a pool checkout and an ``asyncio``
+timeout per command — which made the Redis state backend the largest single cost of a governed
+call. This client keeps what the state backend needs and nothing else:
+
+* **one connection per process, pipelined**: every command is written at once and replies are
+  matched in order (Redis answers one connection strictly in order), so concurrent callers share
+  the socket without a pool or locks; writes made in one event-loop step leave in one syscall;
+* **hiredis** parses replies (C); error replies become :class:`RespError`;
+* **one watchdog** per connection instead of a timer per command: if the oldest unanswered
+  command is older than ``command_timeout_s`` the connection is aborted and every waiter fails
+  with :class:`RespUnavailable` — so a hung server costs at most ~timeout + 0.25 s, never a hang;
+* **reconnect on demand**: the next command after a failure dials again (``connect_timeout_s``).
+
+URLs: ``redis://[user:password@]host[:port][/db]``, ``rediss://…`` (TLS) and
+``unix:///path/to/redis.sock[?db=N]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ssl
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import hiredis
+
+_WATCHDOG_S = 0.25
+
+
+class RespError(Exception):
+    """Redis answered with an error reply (e.g. ``NOSCRIPT``, ``WRONGTYPE``, a script error)."""
+
+
+class RespUnavailable(Exception):
+    """No answer: cannot connect, the connection dropped, or the server did not reply in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A Lua script run by SHA (``EVALSHA``), loaded on first ``NOSCRIPT``."""
+
+    body: bytes
+    sha: bytes
+
+    @classmethod
+    def of(cls, source: str) -> Script:
+        body = source.encode()
+        return cls(body, hashlib.sha1(body).hexdigest().encode())  # Redis names scripts by SHA-1
+
+
+def pack(args: tuple[Any, ...]) -> bytes:
+    """One command in RESP: an array of bulk strings (str, bytes, int and float arguments)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        parts.append(b"$%d\r\n%b\r\n" % (len(b), b))
+    return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+    path: str | None
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+
+    @classmethod
+    def parse(cls, url: str) -> Address:
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"unsupported Redis URL scheme {parts.scheme!r} (use redis://, rediss:// or unix://)")
+        db_text = query.get("db", [""])[0] or (parts.path.strip("/") if parts.scheme != "unix" else "") or "0"
+        if not db_text.isdigit():
+            raise ValueError("the Redis database in the URL must be a number")
+        return cls(host=parts.hostname or "127.0.0.1",
+                   port=parts.port or 6379, path=parts.path if parts.scheme == "unix" else None,
+                   db=int(db_text), username=unquote(parts.username) if parts.username else None,
+                   password=unquote(parts.password) if parts.password else None, tls=parts.scheme == "rediss")
+
+
+class _Connection(asyncio.Protocol):
+    """One socket: queued writes, FIFO reply matching, the watchdog."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, command_timeout_s: float) -> None:
+        self._loop = loop
+        self._timeout = command_timeout_s
+        self._reader = hiredis.Reader(replyError=RespError)
+        self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
+        self._out: list[bytes] = []
+        self._transport: asyncio.Transport | None = None
+        self._flush_pending = False
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.lost: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        waiting = self._waiting
+        while True:
+            try:
+                reply = self._reader.gets()
+            except hiredis.ProtocolError as exc:
+                self._fail(RespUnavailable(f"Redis protocol error: {exc}"))
+                return
+            if reply is False:
+                return
+            if not waiting:
+                self._fail(RespUnavailable("Redis sent a reply nobody asked for"))
+                return
+            fut, _ = waiting.popleft()
+            if fut.done():  # the caller gave up (cancelled); the reply is still consumed in order
+                continue
+            if isinstance(reply, RespError):
+                fut.set_exception(reply)
+            else:
+                fut.set_result(reply)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._fail(RespUnavailable(f"Redis connection lost: {exc}" if exc else "Redis closed the connection"))
+
+    def send(self, payload: bytes) -> asyncio.Future[Any]:
+        if self.lost is not None:
+            raise RespUnavailable(str(self.lost))
+        fut = self._loop.create_future()
+        self._waiting.append((fut, self._loop.time()))
+        self._out.append(payload)
+        if not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush)
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_later(_WATCHDOG_S, self._watch)
+        return fut
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        if self._out and self._transport is not None and self.lost is None:
+            data = b"".join(self._out)
+            self._out.clear()
+            self._transport.write(data)
+
+    def _watch(self) -> None:
+        self._watchdog = None
+        if not self._waiting or self.lost is not None:
+            return
+        if self._loop.time() - self._waiting[0][1] > self._timeout:
+            self._fail(RespUnavailable(f"Redis did not answer within {self._timeout:g} s"))
+            return
+        self._watchdog = self._loop.call_later(_WATCHDOG_S, self._watch)
+
+    def _fail(self, exc: RespUnavailable) -> None:
+        if self.lost is None:
+            self.lost = exc
+        if self._transport is not None:
+            self._transport.abort()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        while self._waiting:
+            fut, _ = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def close(self) -> None:
+        self._fail(RespUnavailable("client closed"))
+
+
+class RespClient:
+    """``await client.execute("GET", key)``; ``await client.run(script, keys, args)``.
+
+    Raises :class:`RespError` for error replies and :class:`RespUnavailable` for everything that
+    means "no answer". Safe to share between any number of tasks of one event loop.
+    """
+
+    def __init__(self, url: str, connect_timeout_s: float = 1.0, command_timeout_s: float = 2.0) -> None:
+        self._address = Address.parse(url)
+        self._connect_timeout = connect_timeout_s
+        self._command_timeout = command_timeout_s
+        self._conn: _Connection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connecting: asyncio.Future[_Connection] | None = None
+
+    async def execute(self, *args: Any) -> Any:
+        conn = self._conn
+        if conn is None or conn.lost is not None or self._loop is not asyncio.get_running_loop():
+            conn = await self._connect()
+        return await conn.send(pack(args))
+
+    async def execute_many(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Several commands written together; replies in order (not a transaction)."""
+        conn = self._conn
+        if conn is None or conn.lost is not None or self._loop is not asyncio.get_running_loop():
+            conn = await self._connect()
+        futures = [conn.send(pack(c)) for c in commands]
+        return [await f for f in futures]
+
+    async def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await self.execute(b"EVALSHA", script.sha, len(keys), *keys, *args)
+        except RespError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise
+        return await self.execute(b"EVAL", script.body, len(keys), *keys, *args)
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        if self._connecting is not None and self._loop is loop:
+            return await asyncio.shield(self._connecting)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._loop = loop
+        self._connecting = loop.create_future()
+        try:
+            conn = await self._dial(loop)
+        except BaseException as exc:
+            failure = exc if isinstance(exc, RespUnavailable) else RespUnavailable(f"cannot connect to Redis: {exc}")
+            if not self._connecting.done():
+                self._connecting.set_exception(failure)
+                self._connecting.exception()  # retrieved: later waiters get it via shield
+            self._connecting = None
+            raise failure from exc
+        self._conn = conn
+        self._connecting.set_result(conn)
+        self._connecting = None
+        return conn
+
+    async def _dial(self, loop: asyncio.AbstractEventLoop) -> _Connection:
+        a = self._address
+        conn = _Connection(loop, self._command_timeout)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                if a.path is not None:
+                    await loop.create_unix_connection(lambda: conn, a.path)
+                else:
+                    await loop.create_connection(lambda: conn, a.host, a.port,
+                                                 ssl=ssl.create_default_context() if a.tls else None)
+        except (OSError, TimeoutError) as exc:
+            raise RespUnavailable(f"cannot connect to Redis: {type(exc).__name__}") from exc
+        hello: list[tuple[Any, ...]] = []
+        if a.password is not None:
+            hello.append(("AUTH", a.username, a.password) if a.username else ("AUTH", a.password))
+        if a.db:
+            hello.append(("SELECT", a.db))
+        try:
+            for fut in [conn.send(pack(c)) for c in hello]:
+                await fut
+        except RespError as exc:
+            conn.close()
+            # The server's words only; the password is never part of an AUTH error reply.
+            raise RespUnavailable(f"Redis refused the connection setup: {exc}") from exc
+        return conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
