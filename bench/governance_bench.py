@@ -537,7 +537,7 @@ def profile(env: GovEnv, cfg: Config, stamp: str) -> dict[str, Any]:
     raw_path = gb.RESULTS / f"gov-{stamp}-pyspy-{cfg.name}-c64.txt"
     dur = max(3, min(env.args.duration, 10))
     stats_path = env.prepare_signed(cfg.target, int(env.args.max_rate * dur) + 1000)
-    argv = ["taskset", "-c", env.gen_cpus, exe, "record", "-p", str(cfg.proc.pid), "-d", str(dur + 1), "-r", "100",
+    argv = ["taskset", "-c", env.gen_cpus, exe, "record", "-p", str(cfg.proc.pid), "-d", str(dur + 1), "-r", str(env.args.profile_rate),
             "-f", "raw", "-o", str(raw_path)]
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -964,6 +964,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gateway-figure", type=float, default=None,
                     help="the gateway issue's c=64 req/s (default: newest full gateway_bench run in bench/results)")
     ap.add_argument("--no-profile", dest="profile", action="store_false", help="skip the py-spy profiles")
+    ap.add_argument("--profile-rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument("--profile-configs", default="gov-redis,gov-memory", help="configurations to profile")
     ap.add_argument("--hearth-log-level", default="info", help="HEARTH_LOG_LEVEL for the Hearth processes")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs, databases)")

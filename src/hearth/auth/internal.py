@@ -23,7 +23,6 @@ from hearth.auth.signing import SignatureError, raw_path_with_query, verify_requ
 from hearth.errors import HearthError
 from hearth.registry.snapshot import Caller, Registry
 from hearth.settings import Settings
-from hearth.state.base import StateBackend, StateUnavailable
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -89,12 +88,3 @@ async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes,
         raise HearthError(exc.code, exc.message, details=exc.details) from exc
     return pending[0] if pending else None
 
-
-async def claim_nonce_now(state: StateBackend, pending: PendingNonce) -> None:
-    """Claim a nonce on its own (calls that take no other state-backend step)."""
-    try:
-        fresh = await state.claim_once(*pending)
-    except StateUnavailable as exc:
-        raise HearthError("state_backend_unavailable", retry_after=2) from exc
-    if not fresh:
-        raise HearthError("nonce_replayed", "This X-Nonce was already used.")

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from hearth.errors import HearthError
 from hearth.gateway.health import HealthBook
-from hearth.registry.snapshot import Endpoint
+from hearth.gateway.router import order_candidates
+from hearth.registry.snapshot import Endpoint, Model
 from hearth.state.base import Lease, Refusal, Scope, StateBackend, StateUnavailable
 
 
@@ -34,6 +35,17 @@ def cooldown_key(ep: Endpoint) -> str:
 class Admitted:
     endpoint: Endpoint
     lease: Lease
+
+
+def first_choice(model: Model, health: HealthBook) -> Endpoint | None:
+    """The endpoint a first attempt at ``model`` would take, when that is routine (breaker closed).
+
+    Governed calls admit it in the same state-backend step as the caller's limits and budgets, so
+    the common case costs one round trip instead of two; anything unusual (cooldown, a half-open
+    probe, a full endpoint) goes the ordinary way through :func:`admit`."""
+    now = time.time()
+    choices = order_candidates(model.endpoints, health, now, set())
+    return choices[0] if choices and health.closed(choices[0].name, now) else None
 
 
 async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, ...],

@@ -66,10 +66,11 @@ async def run_attempts(gw: Gateway, ctx: CallContext, model: Model, tokens: int,
     while ctx.attempts < settings.max_attempts:  # one attempt budget per call, fallbacks included
         if time.monotonic() >= ctx.deadline:
             break
+        pre = ctx.grant.take_preadmitted(model) if ctx.grant is not None else None
         try:
-            adm = await admit(gw.state, gw.health, model.endpoints,
-                              lambda: order_candidates(model.endpoints, gw.health, time.time(), tried),
-                              tokens, ctx.deadline, settings.admission_wait_s, gw.lease_ttl_s)
+            adm = pre or await admit(gw.state, gw.health, model.endpoints,
+                                     lambda: order_candidates(model.endpoints, gw.health, time.time(), tried),
+                                     tokens, ctx.deadline, settings.admission_wait_s, gw.lease_ttl_s)
         except HearthError:
             if last is None:
                 raise

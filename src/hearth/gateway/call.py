@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from hearth.auth.internal import claim_nonce_now
 from hearth.errors import HearthError, UpstreamHTTPError
-from hearth.gateway.admission import Admitted
+from hearth.gateway.admission import Admitted, first_choice
 from hearth.gateway.attempts import run_with_fallback
 from hearth.gateway.budget import (
     actual_amounts,
@@ -147,7 +146,7 @@ class Gateway:
         tokens = prompt + reserve
         ctx.deadline = time.monotonic() + self.settings.request_timeout_s
         try:
-            await self._admit_caller(ctx, route, prompt, reserve)
+            await self._admit_caller(ctx, route, prompt, reserve, models[0])
             try:
                 return await run_with_fallback(self, ctx, models, route.default_route, tokens, op)
             except BaseException:
@@ -160,7 +159,7 @@ class Gateway:
             self.record(ctx, exc.status, "upstream_rejected_request", None, False)
             raise
 
-    async def _admit_caller(self, ctx: CallContext, route: Route, prompt: int, reserve: int) -> None:
+    async def _admit_caller(self, ctx: CallContext, route: Route, prompt: int, reserve: int, first: Model) -> None:
         caller = ctx.caller
         if caller is None:
             return
@@ -168,13 +167,12 @@ class Gateway:
         budgets = applicable_budgets(self.registry, caller, ctx.tenant, ctx.end_user, utc_now())
         money = micro_cost(highest_price(self.registry, route.models), prompt, reserve)
         ctx.estimated_cost = money / MICRO
-        if not scopes and not budgets:
-            if ctx.pending_nonce is not None:
-                await claim_nonce_now(self.state, ctx.pending_nonce)
+        if not scopes and not budgets and ctx.pending_nonce is None:
             return
         ctx.grant = await admit_caller(self.state, self.ledger, scopes, budgets,
                                        reservation_charges(budgets, prompt + reserve, money), prompt + reserve,
-                                       self.settings.limit_wait_s, self.lease_ttl_s, ctx.pending_nonce)
+                                       self.settings.limit_wait_s, self.lease_ttl_s, ctx.pending_nonce,
+                                       first_choice(first, self.health))
 
     async def finish(self, ctx: CallContext, usage: Usage | None, endpoint_lease: Lease | None = None) -> None:
         """Release the endpoint's lease (if given) and the caller's slots, and settle the caller's budgets

@@ -15,10 +15,11 @@ import time
 from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
+from hearth.gateway.admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.budget import Applicable
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.observability.logging import get_logger
-from hearth.registry.snapshot import Caller, LimitSet
+from hearth.registry.snapshot import Caller, Endpoint, LimitSet, Model
 from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable
 
 log = get_logger("hearth.caller_admission")
@@ -33,6 +34,15 @@ class CallerGrant:
     charges: tuple[BudgetCharge, ...] = ()
     remaining: list[tuple[Applicable, int]] = field(default_factory=list)
     finished: bool = False
+    preadmitted: Admitted | None = None  # the first attempt's endpoint, leased in the same step
+
+    def take_preadmitted(self, model: Model) -> Admitted | None:
+        """The pre-admitted endpoint if it serves ``model`` (once; later attempts admit normally)."""
+        pre = self.preadmitted
+        if pre is None or not any(ep is pre.endpoint for ep in model.endpoints):
+            return None
+        self.preadmitted = None
+        return pre
 
 
 def _scope(key: str, limits: LimitSet, stream: bool) -> list[Scope]:
@@ -72,31 +82,46 @@ def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: list
 
 async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[Scope, ...],
                        budgets: list[Applicable], charges: tuple[BudgetCharge, ...], tokens: int,
-                       wait_s: float, lease_ttl_s: float, nonce: tuple[str, float] | None = None) -> CallerGrant:
-    """Take every limit and budget reservation (and claim a signed request's nonce) in one step."""
+                       wait_s: float, lease_ttl_s: float, nonce: tuple[str, float] | None = None,
+                       endpoint: Endpoint | None = None) -> CallerGrant:
+    """Take every limit and budget reservation (and claim a signed request's nonce) in one step.
+
+    With ``endpoint`` (see :func:`~hearth.gateway.admission.first_choice`) that endpoint's slots
+    are tried in the same step; if only the endpoint side refuses, the caller's part is taken
+    alone and the attempt loop admits an endpoint the ordinary way (waiting, failing over)."""
     call_id = os.urandom(12).hex()
     once = (nonce,) if nonce is not None else ()
     if charges and ledger.backlog > ledger.max_backlog:
         raise HearthError("budget_ledger_backlog", retry_after=2)
     give_up = time.monotonic() + wait_s
+    extra: tuple[Scope, ...] = scopes_for(endpoint) if endpoint is not None else ()
+    cooldowns = (cooldown_key(endpoint),) if endpoint is not None else ()
     while True:
         try:
-            result = await state.acquire(call_id, scopes, tokens, lease_ttl_s, (), charges, once)
+            result = await state.acquire(call_id, scopes + extra, tokens, lease_ttl_s, cooldowns, charges, once)
         except StateUnavailable as exc:
             raise HearthError("state_backend_unavailable", retry_after=2) from exc
         if result.lease is not None:
             break
         assert result.refusal is not None
         r = result.refusal
+        if extra and (r.limit == "cooldown" or any(s.key == r.scope for s in extra)):
+            extra, cooldowns = (), ()  # the endpoint is busy: the attempt loop deals with it
+            continue
         remaining = give_up - time.monotonic()
         if r.limit != "concurrency" or remaining <= 0:
             raise _refusal_error(r.scope, r.limit, r.retry_after_s, budgets)
         await state.wait_for_release(min(remaining, 0.25))
-    grant = CallerGrant(call_id, result.lease, budgets, charges)
+    lease = result.lease
+    grant = CallerGrant(call_id, lease, budgets, charges)
+    if extra:
+        assert endpoint is not None
+        grant.lease, endpoint_lease = lease.split(len(scopes))
+        grant.preadmitted = Admitted(endpoint, endpoint_lease)
     for a, c in zip(budgets, charges, strict=True):
         ledger.reserved(call_id, a.budget.name, a.key, c.amount)
     if charges:
-        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(budgets, result.lease.budget_values, strict=True)]
+        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(budgets, lease.budget_values, strict=True)]
     return grant
 
 
@@ -108,8 +133,13 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
     if grant.finished:
         return
     grant.finished = True
+    if grant.preadmitted is not None:  # never used (the call failed before its first attempt)
+        also_release = (*also_release, (grant.preadmitted.lease, None))
+        grant.preadmitted = None
     if grant.lease is None or not grant.charges:
         for lease, tokens in (*also_release, *(((grant.lease, actual_tokens),) if grant.lease else ())):
+            if not lease.scopes:
+                continue  # e.g. a signed call with no limits: its step only claimed the nonce
             try:
                 await state.release(lease, tokens)
             except StateUnavailable:

@@ -68,6 +68,11 @@ class HealthBook:
         state = h.state(now)
         return state == "closed" or (state == "half_open" and not h.probe_in_flight)
 
+    def closed(self, name: str, now: float) -> bool:
+        """Routine traffic: no cooldown, breaker closed (no half-open probe to coordinate)."""
+        h = self._book.get(name)
+        return h is None or (h.cooldown_until <= now and h.state(now) == "closed")
+
     def started(self, name: str, now: float) -> bool:
         """Record an attempt; returns True if it is the half-open probe."""
         h = self.get(name)

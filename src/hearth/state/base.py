@@ -52,6 +52,14 @@ class Lease:
     budgets: tuple[BudgetCharge, ...] = ()
     budget_values: tuple[int, ...] = ()  # each budget counter right after this lease's charge
 
+    def split(self, n: int) -> tuple[Lease, Lease]:
+        """Two leases from one acquisition: the first ``n`` scopes (with the budgets) and the rest.
+
+        Both keep the lease id — scope keys are disjoint, so each releases only its own slots."""
+        return (Lease(self.lease_id, self.scopes[:n], self.tokens, self.window, budgets=self.budgets,
+                      budget_values=self.budget_values),
+                Lease(self.lease_id, self.scopes[n:], self.tokens, self.window))
+
 
 @dataclass(slots=True, frozen=True)
 class Refusal:

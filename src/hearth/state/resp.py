@@ -9,9 +9,13 @@ call. This client keeps what the state backend needs and nothing else:
   matched in order (Redis answers one connection strictly in order), so concurrent callers share
   the socket without a pool or locks; writes made in one event-loop step leave in one syscall;
 * **hiredis** parses replies (C); error replies become :class:`RespError`;
-* **one watchdog** per connection instead of a timer per command: if the oldest unanswered
-  command is older than ``command_timeout_s`` the connection is aborted and every waiter fails
-  with :class:`RespUnavailable` — so a hung server costs at most ~timeout + 0.25 s, never a hang;
+* **one watchdog** per connection instead of a timer per command: if Redis has been silent for
+  ``command_timeout_s`` while a command waits (silent = no byte since that command was sent), on
+  two checks 0.25 s apart, the connection is aborted and every waiter fails with
+  :class:`RespUnavailable` — a hung server costs at most ~timeout + 0.5 s, never a hang. Silence,
+  not a command's age, is the measure: under a CPU backlog replies are read late although Redis
+  answered long ago, and the second check lets the event loop read what is already there (uvloop
+  runs due timers before it polls sockets);
 * **reconnect on demand**: the next command after a failure dials again (``connect_timeout_s``).
 
 URLs: ``redis://[user:password@]host[:port][/db]``, ``rediss://…`` (TLS) and
@@ -100,12 +104,15 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._flush_pending = False
         self._watchdog: asyncio.TimerHandle | None = None
+        self._last_rx = 0.0
+        self._strike = False
         self.lost: BaseException | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
 
     def data_received(self, data: bytes) -> None:
+        self._last_rx = self._loop.time()
         self._reader.feed(data)
         waiting = self._waiting
         while True:
@@ -153,17 +160,26 @@ class _Connection(asyncio.Protocol):
     def _watch(self) -> None:
         self._watchdog = None
         if not self._waiting or self.lost is not None:
+            self._strike = False
             return
-        if self._loop.time() - self._waiting[0][1] > self._timeout:
+        silent = self._loop.time() - max(self._last_rx, self._waiting[0][1])
+        if silent <= self._timeout:
+            self._strike = False
+        elif self._strike:
             self._fail(RespUnavailable(f"Redis did not answer within {self._timeout:g} s"))
             return
+        else:
+            self._strike = True  # confirm on the next check, after the loop has polled the socket
         self._watchdog = self._loop.call_later(_WATCHDOG_S, self._watch)
 
     def _fail(self, exc: RespUnavailable) -> None:
         if self.lost is None:
             self.lost = exc
         if self._transport is not None:
-            self._transport.abort()
+            try:
+                self._transport.abort()
+            except RuntimeError:  # its event loop is already closed: the socket goes with it
+                pass
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
@@ -189,7 +205,7 @@ class RespClient:
         self._command_timeout = command_timeout_s
         self._conn: _Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._connecting: asyncio.Future[_Connection] | None = None
+        self._connecting: asyncio.Task[_Connection] | None = None
 
     async def execute(self, *args: Any) -> Any:
         conn = self._conn
@@ -214,27 +230,27 @@ class RespClient:
         return await self.execute(b"EVAL", script.body, len(keys), *keys, *args)
 
     async def _connect(self) -> _Connection:
+        """The live connection, dialling once for every task that needs it now.
+
+        The dial is its own task: a caller that is cancelled while waiting for it stops waiting
+        (and sees ``CancelledError``), the others still get the connection."""
         loop = asyncio.get_running_loop()
-        if self._connecting is not None and self._loop is loop:
-            return await asyncio.shield(self._connecting)
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        self._loop = loop
-        self._connecting = loop.create_future()
-        try:
-            conn = await self._dial(loop)
-        except BaseException as exc:
-            failure = exc if isinstance(exc, RespUnavailable) else RespUnavailable(f"cannot connect to Redis: {exc}")
-            if not self._connecting.done():
-                self._connecting.set_exception(failure)
-                self._connecting.exception()  # retrieved: later waiters get it via shield
+        if self._loop is not loop:  # first use, or a new event loop (tests): the old socket is useless
+            self._drop()
+            self._loop = loop
+        if self._connecting is None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._connecting = loop.create_task(self._dial(loop))
+            self._connecting.add_done_callback(self._dialled)
+        return await asyncio.shield(self._connecting)
+
+    def _dialled(self, task: asyncio.Task[_Connection]) -> None:
+        if self._connecting is task:
             self._connecting = None
-            raise failure from exc
-        self._conn = conn
-        self._connecting.set_result(conn)
-        self._connecting = None
-        return conn
+        if not task.cancelled() and task.exception() is None and self._loop is task.get_loop():
+            self._conn = task.result()
 
     async def _dial(self, loop: asyncio.AbstractEventLoop) -> _Connection:
         a = self._address
@@ -247,22 +263,31 @@ class RespClient:
                     await loop.create_connection(lambda: conn, a.host, a.port,
                                                  ssl=ssl.create_default_context() if a.tls else None)
         except (OSError, TimeoutError) as exc:
-            raise RespUnavailable(f"cannot connect to Redis: {type(exc).__name__}") from exc
+            raise RespUnavailable(f"cannot connect to Redis: {type(exc).__name__}: {exc}") from exc
         hello: list[tuple[Any, ...]] = []
         if a.password is not None:
             hello.append(("AUTH", a.username, a.password) if a.username else ("AUTH", a.password))
         if a.db:
             hello.append(("SELECT", a.db))
         try:
-            for fut in [conn.send(pack(c)) for c in hello]:
-                await fut
-        except RespError as exc:
+            replies = await asyncio.gather(*(conn.send(pack(c)) for c in hello), return_exceptions=True)
+        except BaseException:
+            conn.close()
+            raise
+        refused = next((r for r in replies if isinstance(r, BaseException)), None)
+        if refused is not None:
             conn.close()
             # The server's words only; the password is never part of an AUTH error reply.
-            raise RespUnavailable(f"Redis refused the connection setup: {exc}") from exc
+            raise RespUnavailable(f"Redis refused the connection setup: {refused}") from refused
         return conn
 
-    async def close(self) -> None:
+    def _drop(self) -> None:
+        if self._connecting is not None:
+            self._connecting.cancel()
+            self._connecting = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    async def close(self) -> None:
+        self._drop()
