@@ -41,8 +41,10 @@ async def ledger_summary(database_url: str) -> dict[str, Any]:
                 .group_by(budget_ledger.c.call_id, budget_ledger.c.kind).having(func.count() > 1))).all()
     finally:
         await engine.dispose()
-    reserves = {r["call_id"]: r["amount"] for r in rows if r["kind"] == "reserve"}
-    settles = {r["call_id"]: r for r in rows if r["kind"] == "settle"}
+    # A ``call`` row is a reservation (amount + refund) and its settlement (amount) in one.
+    reserves = {r["call_id"]: r["amount"] + (r["refund"] if r["kind"] == "call" else 0)
+                for r in rows if r["kind"] in ("reserve", "call")}
+    settles = {r["call_id"]: r for r in rows if r["kind"] in ("settle", "call")}
     charged = sum(r["amount"] for r in settles.values())
     open_reserved = sum(a for cid, a in reserves.items() if cid not in settles)
     return {"reserves": reserves, "settles": settles, "charged": charged, "open": open_reserved,

@@ -35,7 +35,7 @@ async def authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNo
     rt = runtime(request)
     caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
     raw = await read_body(request)
-    pending = await check_signature(caller, request.scope, raw, request.headers, rt.settings)
+    pending = await check_signature(caller, request.scope, raw, rt.settings)
     return caller, raw, pending
 
 

@@ -5,6 +5,11 @@ request-log writer, never drops: if its backlog passes ``max_backlog`` admission
 budgeted calls with 503 rather than spend money it cannot record. At start the state backend's
 hot counters are rebuilt from the ledger (only where the backend has no value, so live Redis
 counters shared with running processes are never overwritten). This module owns ``budget_ledger``.
+
+Row kinds: ``reserve`` (amount = reserved), ``settle`` (amount = charged, ``refund``, ``overrun``)
+and ``call`` — a reservation and its settlement in one row, written when the call settled while
+its reservation was still waiting in the writer's queue (the usual case for short calls; it halves
+the rows written). A ``call`` row reserved ``amount + refund`` and charged ``amount``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class BudgetLedger:
                  max_backlog: int = 100_000) -> None:
         self._engine = engine
         self._rows: deque[dict[str, Any]] = deque()
+        self._queued_reserves: dict[tuple[str, str], dict[str, Any]] = {}  # (call, counter) -> row not yet written
         self._flush_s = flush_s
         self._batch = batch
         self.max_backlog = max_backlog
@@ -45,10 +51,16 @@ class BudgetLedger:
         return len(self._rows)
 
     def reserved(self, call_id: str, budget: str, counter_key: str, amount: int) -> None:
-        self._rows.append({"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "reserve",
-                           "amount": amount, "refund": 0, "overrun": 0, "created_at": datetime.now(UTC)})
+        row = {"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "reserve",
+               "amount": amount, "refund": 0, "overrun": 0, "created_at": datetime.now(UTC)}
+        self._rows.append(row)
+        self._queued_reserves[(call_id, counter_key)] = row
 
     def settled(self, call_id: str, budget: str, counter_key: str, charged: int, refund: int, overrun: int) -> None:
+        row = self._queued_reserves.pop((call_id, counter_key), None)
+        if row is not None:  # still queued: turn it into one ``call`` row
+            row.update(kind="call", amount=charged, refund=refund, overrun=overrun)
+            return
         self._rows.append({"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "settle",
                            "amount": charged, "refund": refund, "overrun": overrun, "created_at": datetime.now(UTC)})
 
@@ -65,6 +77,9 @@ class BudgetLedger:
             while self._rows:
                 n = min(len(self._rows), self._batch)
                 rows = [self._rows[i] for i in range(n)]
+                for row in rows:  # from here on these rows are being written: a settlement gets its own row
+                    if row["kind"] == "reserve":
+                        self._queued_reserves.pop((row["call_id"], row["counter_key"]), None)
                 try:
                     async with self._engine.begin() as conn:
                         await conn.execute(budget_ledger.insert(), rows)
@@ -85,12 +100,15 @@ class BudgetLedger:
 
     async def balances(self, counter_keys: list[str] | None = None) -> dict[str, dict[str, int]]:
         """Per counter: reserved (open reservations), spent (settled charges) and their sum (``used``)."""
+        c = budget_ledger.c
+        settled = c.kind.in_(("settle", "call"))
         stmt = select(
-            budget_ledger.c.counter_key,
-            func.sum(case((budget_ledger.c.kind == "reserve", budget_ledger.c.amount), else_=0)).label("reserved_all"),
-            func.sum(case((budget_ledger.c.kind == "settle", budget_ledger.c.amount), else_=0)).label("spent"),
-            func.sum(case((budget_ledger.c.kind == "settle", budget_ledger.c.refund), else_=0)).label("refunded"),
-        ).group_by(budget_ledger.c.counter_key)
+            c.counter_key,
+            func.sum(case((c.kind == "reserve", c.amount), (c.kind == "call", c.amount + c.refund),
+                          else_=0)).label("reserved_all"),
+            func.sum(case((settled, c.amount), else_=0)).label("spent"),
+            func.sum(case((settled, c.refund), else_=0)).label("refunded"),
+        ).group_by(c.counter_key)
         if counter_keys is not None:
             stmt = stmt.where(budget_ledger.c.counter_key.in_(counter_keys))
         async with self._engine.connect() as conn:

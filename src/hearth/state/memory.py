@@ -62,7 +62,9 @@ class MemoryState:
                 del self._cooldowns[key]
         window = minute_window(now)
         for s in scopes:
-            if s.max_concurrency and len(self._expire(s.key, now)) >= s.max_concurrency:
+            # Expired leases (a task that never released) are only looked for when the scope seems full.
+            if (s.max_concurrency and len(self._leases[s.key]) >= s.max_concurrency
+                    and len(self._expire(s.key, now)) >= s.max_concurrency):
                 return AcquireResult(refusal=Refusal(s.key, "concurrency", 0.0))
             if s.rpm and self._rpm[(s.key, window)] + 1 > s.rpm:
                 return AcquireResult(refusal=Refusal(s.key, "rpm", (window + 1) * 60 - now))

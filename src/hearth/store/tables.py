@@ -145,9 +145,9 @@ budget_ledger = Table(
     Column("call_id", String(64), nullable=False),
     Column("budget", String(128), nullable=False),
     Column("counter_key", String(512), nullable=False),
-    Column("kind", String(16), nullable=False),  # reserve | settle
-    Column("amount", BigInteger, nullable=False),  # reserve: reserved; settle: charged
-    Column("refund", BigInteger, nullable=False, default=0),  # settle: reserved - charged
+    Column("kind", String(16), nullable=False),  # reserve | settle | call (both in one row)
+    Column("amount", BigInteger, nullable=False),  # reserve: reserved; settle, call: charged
+    Column("refund", BigInteger, nullable=False, default=0),  # settle, call: reserved - charged
     Column("overrun", BigInteger, nullable=False, default=0),  # settle: actual beyond the reservation, not charged
     Column("created_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("call_id", "counter_key", "kind", name="uq_budget_ledger_call_counter_kind"),

@@ -1,0 +1,440 @@
+"""Joint admission: a governed call takes its caller-level limits, budget reservations, nonce and its
+first endpoint's slots in one atomic state-backend step — and gives every part back exactly once.
+
+The HTTP tests run a real Hearth server against a real fake upstream and read the server's own
+state backend (memory or Redis) on the server's loop; the function-level tests drive
+:func:`admit_caller` / :func:`finish_caller` against real ``MemoryState`` and ``RedisState``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from hearth.auth.signing import signed_headers
+from hearth.gateway.budget import Applicable, reservation_charges
+from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.gateway.caller_admission import admit_caller, finish_caller
+from hearth.registry.snapshot import Budget, Endpoint, Model, QuotaGroup
+from hearth.state.base import Scope, ScopeUsage, StateBackend
+from hearth.state.memory import MemoryState
+from hearth.state.redis import RedisState
+from hearth.store.db import create_engine
+from hearth.testing.fake_upstream import FakeBehavior, prompt_tokens_for
+from hearth.testing.server_thread import free_port
+from tests.conftest import ADMIN, AUTH, REDIS_URL, chat_body, gateway_registry
+from tests.gateway.test_budgets import ledger_summary
+
+MAX_TOKENS = 20  # the fake answers 20 completion tokens unless capped; this caps at exactly 20
+CALLER = "caller:tester"
+BACKENDS = pytest.mark.parametrize("backend", ["memory", "redis"])
+KEY = "joint-signing-key-0123456789abcdef"
+PATH = "/v1/chat/completions"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "provider": "openai-like", "base_url": base_url, "upstream_model": "up",
+            "max_concurrency": 100, "rpm": 10_000, **extra}
+
+
+def _registry(endpoints: list[dict[str, Any]], *, limits: dict[str, Any] | None = None, budget: bool = True,
+              **caller: Any) -> dict[str, Any]:
+    """One model ``m`` over ``endpoints``; caller ``tester`` with ``limits`` and a roomy token budget."""
+    reg = gateway_registry(endpoints)
+    reg["callers"] = [{"name": "tester", "key": "test-key-123", **({"limits": limits} if limits else {}), **caller}]
+    if budget:
+        reg["budgets"] = [{"name": "daily", "caller": "tester", "scope": "caller", "period": "day",
+                           "unit": "tokens", "limit": 10_000_000}]
+    return reg
+
+
+def _backend(backend: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    if backend == "redis":
+        return {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
+    return {}
+
+
+async def _on_server(server: Any, coro: Awaitable[Any]) -> Any:
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, server.loop))
+
+
+async def _usage(server: Any, key: str) -> ScopeUsage:
+    usage: ScopeUsage = await _on_server(server, server.runtime.state.usage(key))
+    return usage
+
+
+async def _flushed(server: Any) -> None:
+    await _on_server(server, server.runtime.ledger.flush())
+
+
+async def _away_from_minute_edge(margin_s: float) -> None:
+    """RPM counts in one-minute windows: don't start counting just before a window ends."""
+    left = 60 - time.time() % 60
+    if left < margin_s:
+        await asyncio.sleep(left + 0.1)
+
+
+async def _chat(http: Any, server: Any) -> Any:
+    return await http.post(server.base_url + PATH, json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+
+
+def _actual_tokens() -> int:
+    """What the fake reports for one ``chat_body(max_tokens=20)`` call."""
+    return prompt_tokens_for(chat_body()["messages"]) + MAX_TOKENS
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float = 3.0) -> bool:
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        if await check():
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+# --------------------------------------------------------------------------- 1. everything is given back
+
+
+@BACKENDS
+async def test_governed_calls_release_everything_and_count_rpm_once_per_scope(
+        backend, fake, hearth_server, http, request, tmp_path: Path):
+    await _away_from_minute_edge(8.0)
+    db = f"sqlite+aiosqlite:///{tmp_path}/joint.db"
+    # The endpoint is narrower than the caller, so some joint attempts find it full and go the ordinary way.
+    registry = _registry([_ep("a", fake.base_url, max_concurrency=3)],
+                         limits={"caller": {"concurrency": 4, "rpm": 1000}})
+    server = hearth_server(registry, database_url=db, limit_wait_s=10, admission_wait_s=10,
+                           **_backend(backend, request))
+    fake.set_defaults(latency_ms=30)
+    n = 8
+    for _ in range(n):
+        r = await _chat(http, server)
+        assert r.status_code == 200, r.text
+    for key in ("ep:a", CALLER):
+        assert (await _usage(server, key)).in_flight == 0, key
+    parallel = 24
+    results = await asyncio.gather(*[_chat(http, server) for _ in range(parallel)])
+    assert [r.status_code for r in results] == [200] * parallel, [r.text[:200] for r in results if r.status_code != 200]
+    assert fake.stats.max_in_flight <= 3
+    total = n + parallel
+    for key in ("ep:a", CALLER):
+        usage = await _usage(server, key)
+        assert usage.in_flight == 0, key
+        assert usage.rpm_used == total, key  # each call counted once on each scope
+    await _flushed(server)
+    ledger = await ledger_summary(db)
+    assert ledger["duplicates"] == [] and ledger["open"] == 0
+    assert len(ledger["reserves"]) == len(ledger["settles"]) == total
+    assert ledger["charged"] == total * _actual_tokens()
+
+
+# --------------------------------------------------------------------------- 2. endpoint full
+
+
+@BACKENDS
+async def test_endpoint_full_the_second_call_waits_in_ordinary_admission_and_spends_one_rpm(
+        backend, fake, hearth_server, http, request):
+    await _away_from_minute_edge(8.0)
+    registry = _registry([_ep("a", fake.base_url, max_concurrency=1)],
+                         limits={"caller": {"concurrency": 2, "rpm": 100}})
+    server = hearth_server(registry, limit_wait_s=0, admission_wait_s=10, **_backend(backend, request))
+    fake.script(FakeBehavior(latency_ms=800))  # the first call holds the endpoint; the second is fast
+    first_done = second_done = 0.0
+
+    async def first() -> Any:
+        nonlocal first_done
+        r = await _chat(http, server)
+        first_done = time.monotonic()
+        return r
+
+    async def second() -> Any:
+        nonlocal second_done
+        r = await _chat(http, server)
+        second_done = time.monotonic()
+        return r
+
+    holder = asyncio.create_task(first())
+
+    async def upstream_busy() -> bool:
+        return fake.stats.in_flight >= 1
+
+    assert await _until(upstream_busy), "the first call never reached the upstream"
+    waiter = asyncio.create_task(second())
+
+    async def caller_part_taken() -> bool:
+        return (await _usage(server, CALLER)).in_flight == 2
+
+    # The joint step was refused by the endpoint only: the caller's part was taken alone and the
+    # call now waits for the endpoint in the attempt loop.
+    assert await _until(caller_part_taken), "the second call never took its caller slot"
+    assert (await _usage(server, "ep:a")).in_flight == 1
+    assert not waiter.done()
+    r1, r2 = await asyncio.wait_for(asyncio.gather(holder, waiter), 15)
+    assert (r1.status_code, r2.status_code) == (200, 200), (r1.text, r2.text)
+    assert second_done >= first_done - 0.05  # it waited for the first to end
+    assert fake.stats.max_in_flight == 1 and fake.stats.requests == 2
+    caller, ep = await _usage(server, CALLER), await _usage(server, "ep:a")
+    assert caller.rpm_used == 2  # the refused joint attempt consumed nothing
+    assert ep.rpm_used == 2
+    assert caller.in_flight == 0 and ep.in_flight == 0
+
+
+# --------------------------------------------------------------------------- 3. failover
+
+
+@BACKENDS
+async def test_failover_from_a_500_first_choice_frees_both_endpoints_and_charges_the_budget_once(
+        backend, fake, fake2, hearth_server, http, request, tmp_path: Path):
+    await _away_from_minute_edge(8.0)
+    db = f"sqlite+aiosqlite:///{tmp_path}/joint.db"
+    # `a` has the better priority: it is the first choice, admitted jointly with the caller.
+    registry = _registry([_ep("a", fake.base_url, priority=0), _ep("b", fake2.base_url, priority=1)],
+                         limits={"caller": {"concurrency": 2, "rpm": 100}})
+    server = hearth_server(registry, database_url=db, **_backend(backend, request))
+    fake.set_defaults(status=500)
+    r = await _chat(http, server)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-hearth-endpoint"] == "b" and r.headers["x-hearth-attempts"] == "2"
+    assert fake.stats.requests == 1 and fake2.stats.requests == 1
+    for key in ("ep:a", "ep:b", CALLER):
+        usage = await _usage(server, key)
+        assert usage.in_flight == 0, key
+        assert usage.rpm_used == 1, key
+    await _flushed(server)
+    ledger = await ledger_summary(db)
+    assert ledger["duplicates"] == [] and ledger["open"] == 0
+    assert len(ledger["reserves"]) == len(ledger["settles"]) == 1
+    assert ledger["charged"] == _actual_tokens()
+    items = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
+    daily = next(i for i in items if i["budget"] == "daily")
+    assert daily["used"] == _actual_tokens() and daily["spent"] == _actual_tokens() and daily["reserved"] == 0
+
+
+# --------------------------------------------------------------------------- 4. function level
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def state(request: pytest.FixtureRequest) -> AsyncIterator[StateBackend]:
+    backend: StateBackend
+    if request.param == "memory":
+        backend = MemoryState()
+    else:
+        backend = RedisState(REDIS_URL, request.getfixturevalue("redis_prefix"))
+    yield backend
+    await backend.close()
+
+
+@pytest.fixture
+async def ledger(tmp_path: Path) -> AsyncIterator[BudgetLedger]:
+    """A real ledger (never flushed here: admit/finish only queue rows)."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/ledger.db")
+    yield BudgetLedger(engine)
+    await engine.dispose()
+
+
+GROUP = QuotaGroup("g", max_concurrency=10, rpm=1000)
+EP = Endpoint(name="e1", provider="p", kind="openai", base_url="http://127.0.0.1:9", upstream_model="up",
+              quota_group=GROUP, max_concurrency=5, rpm=1000, tpm=1_000_000)
+OTHER = Endpoint(name="e2", provider="p", kind="openai", base_url="http://127.0.0.1:9", upstream_model="up",
+                 max_concurrency=5)
+BUDGET = Budget(name="b", caller="c", scope="caller", subject="c", period="total", unit="tokens", limit=10_000)
+CALLER_SCOPE = Scope("caller:c", max_concurrency=5, rpm=100, tpm=100_000)
+TOKENS = 50
+
+
+def _governed(kind: str) -> tuple[tuple[Scope, ...], list[Applicable], tuple[str, float] | None]:
+    """Caller scopes, budgets and nonce for each kind of governed call."""
+    budgets = [Applicable(BUDGET, "c", f"b|c|c|{uuid.uuid4().hex[:8]}", 0.0)]
+    nonce = (f"nonce-{uuid.uuid4().hex}", 60.0)
+    return {"limits": ((CALLER_SCOPE,), [], None),
+            "limits+budget": ((CALLER_SCOPE,), budgets, None),
+            "budget": ((), budgets, None),
+            "nonce": ((), [], nonce),
+            "everything": ((CALLER_SCOPE,), budgets, nonce)}[kind]
+
+
+@pytest.mark.parametrize("kind", ["limits", "limits+budget", "budget", "nonce", "everything"])
+async def test_an_unused_preadmitted_endpoint_lease_is_released_by_finish_caller(state, ledger, kind):
+    await _away_from_minute_edge(3.0)
+    scopes, budgets, nonce = _governed(kind)
+    charges = reservation_charges(budgets, TOKENS, 0)
+    grant = await admit_caller(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, nonce, endpoint=EP)
+    assert grant.preadmitted is not None and grant.preadmitted.endpoint is EP
+    assert {s.key for s in grant.preadmitted.lease.scopes} == {"ep:e1", "qg:g"}
+    assert grant.lease is not None and grant.lease.scopes == scopes
+    for key in ("ep:e1", "qg:g"):
+        usage = await state.usage(key)
+        assert (usage.in_flight, usage.rpm_used) == (1, 1), key
+    assert (await state.usage("ep:e1")).tpm_used == TOKENS
+    if charges:
+        assert await state.counters((charges[0].key,)) == (TOKENS,)
+    # The call fails before its first attempt: the pre-admitted lease is never taken.
+    await finish_caller(state, ledger, grant, None, tuple(0 for _ in charges))
+    assert grant.finished and grant.preadmitted is None
+    for key in ("ep:e1", "qg:g", "caller:c"):
+        usage = await state.usage(key)
+        assert usage.in_flight == 0, key
+    assert (await state.usage("ep:e1")).rpm_used == 1  # counted once, never given back (RPM is spent)
+    if charges:
+        assert await state.counters((charges[0].key,)) == (0,)  # the reservation was refunded
+    await finish_caller(state, ledger, grant, None, tuple(0 for _ in charges))  # a second finish is a no-op
+    assert (await state.usage("ep:e1")).in_flight == 0
+
+
+async def test_a_full_endpoint_takes_the_callers_part_alone(state, ledger):
+    await _away_from_minute_edge(3.0)
+    full = Endpoint(name="full", provider="p", kind="openai", base_url="http://127.0.0.1:9", upstream_model="up",
+                    max_concurrency=1, rpm=1000)
+    held = await state.acquire(uuid.uuid4().hex, (Scope("ep:full", 1, 1000),), TOKENS, 30.0)
+    assert held.lease is not None
+    scopes, budgets, _ = _governed("limits+budget")
+    charges = reservation_charges(budgets, TOKENS, 0)
+    grant = await admit_caller(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, endpoint=full)
+    assert grant.preadmitted is None and grant.lease is not None and grant.lease.scopes == scopes
+    caller, ep = await state.usage("caller:c"), await state.usage("ep:full")
+    assert (caller.in_flight, caller.rpm_used) == (1, 1)
+    assert (ep.in_flight, ep.rpm_used) == (1, 1)  # only the holder's: the refused joint step took nothing
+    await finish_caller(state, ledger, grant, None, (0,))
+    await state.release(held.lease)
+    assert (await state.usage("caller:c")).in_flight == 0 and (await state.usage("ep:full")).in_flight == 0
+
+
+async def test_a_cooling_endpoint_takes_the_callers_part_alone(state, ledger):
+    await _away_from_minute_edge(3.0)
+    await state.set_cooldown("ep:e1", 30.0)
+    grant = await admit_caller(state, ledger, (CALLER_SCOPE,), [], (), TOKENS, 0.0, 30.0, endpoint=EP)
+    assert grant.preadmitted is None and grant.lease is not None
+    assert (await state.usage("caller:c")).rpm_used == 1
+    assert (await state.usage("ep:e1")).rpm_used == 0 and (await state.usage("qg:g")).rpm_used == 0
+    await finish_caller(state, ledger, grant, None, ())
+    assert (await state.usage("caller:c")).in_flight == 0
+
+
+async def test_take_preadmitted_only_for_a_model_served_by_it_and_only_once(state, ledger):
+    grant = await admit_caller(state, ledger, (CALLER_SCOPE,), [], (), TOKENS, 0.0, 30.0, endpoint=EP)
+    other_model = Model("other", "chat", (OTHER,))
+    model = Model("m", "chat", (OTHER, EP))
+    assert grant.take_preadmitted(other_model) is None
+    pre = grant.take_preadmitted(model)
+    assert pre is not None and pre.endpoint is EP
+    assert grant.take_preadmitted(model) is None
+    await state.release(pre.lease)  # the attempt loop releases what it took
+    await finish_caller(state, ledger, grant, None, ())
+    for key in ("ep:e1", "qg:g", "caller:c"):
+        assert (await state.usage(key)).in_flight == 0, key
+
+
+# --------------------------------------------------------------------------- 5. round trips (Redis)
+
+
+@pytest.fixture
+def counting_redis(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, bool]]:
+    """``(url, prefix, private)``: a redis-server of this test's own when the binary exists, so its
+    command counters see only this test; otherwise the shared Redis (whose counters other
+    processes may bump, so the caller of this fixture measures more than once)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield REDIS_URL, request.getfixturevalue("redis_prefix"), False
+        return
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port, socket_connect_timeout=0.5)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("the private redis-server did not start")
+        yield f"redis://127.0.0.1:{port}/0", "hearth-rt:", True
+    finally:
+        proc.kill()
+        proc.wait(5)
+
+
+def _script_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+async def _round_trips(client: redis.Redis, one_call: Callable[[], Awaitable[None]], m: int, expected: int,
+                       tries: int) -> int:
+    """Script calls made by ``m`` sequential calls. Outside noise only ever adds, so the least of up
+    to ``tries`` measurements bounds the true count from above."""
+    best: int | None = None
+    for _ in range(tries):
+        before = _script_calls(client)
+        for _ in range(m):
+            await one_call()
+        used = _script_calls(client) - before
+        best = used if best is None else min(best, used)
+        if best <= expected:
+            break
+    assert best is not None
+    return best
+
+
+ROUND_TRIP_CASES = {
+    "limits+budget": {"limits": {"caller": {"concurrency": 50, "rpm": 10_000}}, "budget": True},
+    "no limits": {"limits": None, "budget": False},
+    "budget only": {"limits": None, "budget": True},
+    "signed, no limits": {"limits": None, "budget": False, "signed": True},
+    "signed, limits+budget": {"limits": {"caller": {"concurrency": 50, "rpm": 10_000}}, "budget": True,
+                              "signed": True},
+}
+
+
+@pytest.mark.parametrize("case", list(ROUND_TRIP_CASES))
+async def test_a_call_costs_two_script_round_trips(case, counting_redis, fake, hearth_server, http):
+    await _round_trip_check(ROUND_TRIP_CASES[case], counting_redis, fake, hearth_server, http)
+
+
+@pytest.mark.xfail(strict=True, reason="finish_caller releases a limits-only (no budget) caller's lease and the "
+                   "endpoint's lease with two separate release scripts: 3 round trips per call, not 2")
+async def test_a_limits_only_caller_costs_two_script_round_trips(counting_redis, fake, hearth_server, http):
+    case = {"limits": {"caller": {"concurrency": 50, "rpm": 10_000}}, "budget": False}
+    await _round_trip_check(case, counting_redis, fake, hearth_server, http)
+
+
+async def _round_trip_check(case: dict[str, Any], counting_redis: tuple[str, str, bool], fake: Any,
+                            hearth_server: Any, http: Any) -> None:
+    url, prefix, private = counting_redis
+    signed = case.get("signed", False)
+    extra = {"signing_key": KEY, "require_signature": True} if signed else {}
+    registry = _registry([_ep("a", fake.base_url)], limits=case["limits"], budget=case["budget"], **extra)
+    server = hearth_server(registry, state_backend="redis", redis_url=url, redis_prefix=prefix)
+    body = orjson.dumps(chat_body(max_tokens=MAX_TOKENS))
+
+    async def one_call() -> None:
+        headers = {**AUTH, "Content-Type": "application/json"}
+        if signed:
+            headers |= signed_headers(KEY, "POST", server.base_url + PATH, body)
+        r = await http.post(server.base_url + PATH, content=body, headers=headers)
+        assert r.status_code == 200, r.text
+
+    for _ in range(2):  # warm up: scripts loaded (no NOSCRIPT fallback), connection dialled
+        await one_call()
+    m = 10
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    try:
+        used = await _round_trips(client, one_call, m, 2 * m, 1 if private else 8)
+    finally:
+        client.close()
+    assert used == 2 * m
+    assert (await _usage(server, "ep:a")).in_flight == 0
