@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import calendar
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -92,12 +93,12 @@ def micro_cost(price: Price | None, prompt_tokens: int, completion_tokens: int) 
     return math.ceil(prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m)
 
 
-def reservation_charges(budgets: list[Applicable], tokens: int, money: int) -> tuple[BudgetCharge, ...]:
+def reservation_charges(budgets: Sequence[Applicable], tokens: int, money: int) -> tuple[BudgetCharge, ...]:
     return tuple(BudgetCharge(a.key, a.budget.limit, tokens if a.budget.unit == "tokens" else money, a.ttl_s)
                  for a in budgets)
 
 
-def actual_amounts(budgets: list[Applicable], registry: Registry, endpoint: Endpoint | None, model: str | None,
+def actual_amounts(budgets: Sequence[Applicable], registry: Registry, endpoint: Endpoint | None, model: str | None,
                    prompt_tokens: int, completion_tokens: int) -> tuple[int, ...]:
     price = registry.price_for(endpoint, model or "") if endpoint is not None else None
     money = micro_cost(price, prompt_tokens, completion_tokens)

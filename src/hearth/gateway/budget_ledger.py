@@ -27,6 +27,7 @@ from hearth.gateway.budget import period_key, utc_now
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Registry
 from hearth.state.base import StateBackend
+from hearth.store.db import stop_writer_task
 from hearth.store.tables import budget_ledger
 
 log = get_logger("hearth.budget_ledger")
@@ -42,6 +43,7 @@ class BudgetLedger:
         self._batch = batch
         self.max_backlog = max_backlog
         self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self.written = 0
         self.failed_batches = 0
@@ -68,8 +70,9 @@ class BudgetLedger:
         self._task = asyncio.create_task(self._run(), name="budget-ledger-writer")
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._flush_s)
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._flush_s)
             await self.flush()
 
     async def flush(self) -> None:
@@ -93,9 +96,9 @@ class BudgetLedger:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._stop.set()
+            await stop_writer_task(self._task)
+            self._task = None
         await self.flush()
 
     async def balances(self, counter_keys: list[str] | None = None) -> dict[str, dict[str, int]]:

@@ -15,17 +15,15 @@ from typing import Any
 
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.gateway.admission import Admitted, first_choice
+from hearth.gateway.admission_plan import AdmissionPlans
 from hearth.gateway.attempts import run_with_fallback
 from hearth.gateway.budget import (
     actual_amounts,
-    applicable_budgets,
-    highest_price,
     micro_cost,
     reservation_charges,
-    utc_now,
 )
 from hearth.gateway.budget_ledger import BudgetLedger
-from hearth.gateway.caller_admission import admit_caller, caller_scopes, finish_caller
+from hearth.gateway.caller_admission import admit_caller, finish_caller
 from hearth.gateway.context import CallContext
 from hearth.gateway.health import HealthBook
 from hearth.gateway.relay import RelayStream
@@ -56,6 +54,7 @@ class Gateway:
         self.health = HealthBook(settings.breaker_failures, settings.breaker_open_s)
         self.on_auth_failure = on_auth_failure
         self.lease_ttl_s = settings.request_timeout_s + settings.stream_idle_timeout_s + 60
+        self.plans = AdmissionPlans()
 
     # ---- public operations -------------------------------------------------------------------
     def resolve_model(self, name: Any, kind: str) -> Model:
@@ -163,9 +162,9 @@ class Gateway:
         caller = ctx.caller
         if caller is None:
             return
-        scopes = caller_scopes(caller, ctx.tenant, ctx.end_user, ctx.client_ip, ctx.stream)
-        budgets = applicable_budgets(self.registry, caller, ctx.tenant, ctx.end_user, utc_now())
-        money = micro_cost(highest_price(self.registry, route.models), prompt, reserve)
+        plan = self.plans.get(self.registry, caller, ctx.tenant, ctx.end_user, ctx.client_ip, ctx.stream, route.models)
+        scopes, budgets = plan.scopes, plan.budgets
+        money = micro_cost(plan.price, prompt, reserve)
         ctx.estimated_cost = money / MICRO
         if not scopes and not budgets and ctx.pending_nonce is None:
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
@@ -30,7 +31,7 @@ SETTLE_MARKER_TTL_S = 3600.0  # settlement is attempted within the call; a marke
 class CallerGrant:
     call_id: str
     lease: Lease | None
-    budgets: list[Applicable] = field(default_factory=list)
+    budgets: Sequence[Applicable] = ()
     charges: tuple[BudgetCharge, ...] = ()
     remaining: list[tuple[Applicable, int]] = field(default_factory=list)
     finished: bool = False
@@ -67,7 +68,7 @@ def caller_scopes(caller: Caller, tenant: str | None, user: str | None, ip: str 
     return tuple(scopes)
 
 
-def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: list[Applicable]) -> HearthError:
+def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: Sequence[Applicable]) -> HearthError:
     if limit == "once":
         return HearthError("nonce_replayed", "This X-Nonce was already used.")
     if limit == "budget":
@@ -81,7 +82,7 @@ def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: list
 
 
 async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[Scope, ...],
-                       budgets: list[Applicable], charges: tuple[BudgetCharge, ...], tokens: int,
+                       budgets: Sequence[Applicable], charges: tuple[BudgetCharge, ...], tokens: int,
                        wait_s: float, lease_ttl_s: float, nonce: tuple[str, float] | None = None,
                        endpoint: Endpoint | None = None) -> CallerGrant:
     """Take every limit and budget reservation (and claim a signed request's nonce) in one step.
@@ -137,13 +138,12 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
         also_release = (*also_release, (grant.preadmitted.lease, None))
         grant.preadmitted = None
     if grant.lease is None or not grant.charges:
-        for lease, tokens in (*also_release, *(((grant.lease, actual_tokens),) if grant.lease else ())):
-            if not lease.scopes:
-                continue  # e.g. a signed call with no limits: its step only claimed the nonce
-            try:
-                await state.release(lease, tokens)
-            except StateUnavailable:
-                log.warning("lease_release_failed", hint="the lease expires by its TTL")
+        held = tuple((lease, tokens) for lease, tokens in (*also_release, (grant.lease, actual_tokens))
+                     if lease is not None and lease.scopes)  # a signed call without limits only claimed its nonce
+        try:
+            await state.release_all(held)
+        except StateUnavailable:
+            log.warning("lease_release_failed", hint="the lease expires by its TTL")
         return
     charged = tuple(min(actual, c.amount) for actual, c in zip(actual_amounts, grant.charges, strict=True))
     refunds = tuple(c.amount - ch for c, ch in zip(grant.charges, charged, strict=True))

@@ -19,6 +19,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
+from hearth.store.db import stop_writer_task
 from hearth.store.tables import request_logs
 
 log = get_logger("hearth.request_log")
@@ -69,6 +70,7 @@ class RequestLogWriter:
         self._batch = batch
         self._flush_s = flush_s
         self._wake = asyncio.Event()
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.dropped = 0
@@ -90,7 +92,7 @@ class RequestLogWriter:
         self._task = asyncio.create_task(self._run(), name="request-log-writer")
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._flush_s)
             self._wake.clear()
@@ -112,9 +114,10 @@ class RequestLogWriter:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._stopping = True
+            self._wake.set()
+            await stop_writer_task(self._task)
+            self._task = None
         await self.flush()
 
     def stats(self) -> dict[str, int]:

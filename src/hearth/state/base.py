@@ -109,6 +109,10 @@ class StateBackend(Protocol):
         id, in one round trip."""
         ...
 
+    async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
+        """:meth:`release` for several leases (each with its actual tokens) in one round trip."""
+        ...
+
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
         """Current values of budget counters (0 if absent)."""
         ...

@@ -142,6 +142,10 @@ class MemoryState:
         await self.release(lease, actual_tokens)
         return await self.settle(lease.lease_id, lease.budgets, refunds, marker_ttl_s)
 
+    async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
+        for lease, tokens in leases:
+            await self.release(lease, tokens)
+
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
         now = time.time()
         return tuple(self._counters[k] if self._live(k, now) else 0 for k in keys)

@@ -86,9 +86,31 @@ class RedisState:
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
                                  marker_ttl_s: float,
                                  also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
-        keys: list[str] = [self._k("settled", lease.lease_id)]
-        args: list[str | int] = [max(1, int(marker_ttl_s * 1000)), 0]
-        for held, tokens in (*also_release, (lease, actual_tokens)):
+        keys, args = self._finish_call(lease.lease_id, max(1, int(marker_ttl_s * 1000)),
+                                       (*also_release, (lease, actual_tokens)))
+        keys += [self._k("b", c.key) for c in lease.budgets]
+        args += list(refunds)
+        try:
+            settled = await self._redis.run(self._finish, keys, args)
+        except _FAULTS as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return bool(int(settled))
+
+    async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
+        if not leases:
+            return
+        keys, args = self._finish_call(leases[0][0].lease_id, 0, leases)  # marker TTL 0: release only
+        try:
+            await self._redis.run(self._finish, keys, args)
+        except _FAULTS as exc:
+            raise StateUnavailable(str(exc)) from exc
+
+    def _finish_call(self, call_id: str, marker_ttl_ms: int,
+                     leases: tuple[tuple[Lease, int | None], ...]) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of ``finish.lua`` for releasing ``leases`` (each lease once)."""
+        keys: list[str] = [self._k("settled", call_id)]
+        args: list[str | int] = [marker_ttl_ms, 0]
+        for held, tokens in leases:
             if held.released:
                 continue
             held.released = True
@@ -97,13 +119,7 @@ class RedisState:
             for s in held.scopes:
                 keys += [self._k("c", s.key), self._k("t", s.key, held.window)]
                 args += ["1" if s.max_concurrency else "0", "1" if s.tpm else "0"]
-        keys += [self._k("b", c.key) for c in lease.budgets]
-        args += list(refunds)
-        try:
-            settled = await self._redis.run(self._finish, keys, args)
-        except _FAULTS as exc:
-            raise StateUnavailable(str(exc)) from exc
-        return bool(int(settled))
+        return keys, args
 
     async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
         if lease.released:

@@ -6,6 +6,8 @@ file; PostgreSQL migrations take an advisory lock so several processes can start
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,3 +84,17 @@ async def migrate(engine: AsyncEngine) -> None:
 
     async with engine.begin() as conn:
         await conn.run_sync(_upgrade)
+
+
+async def stop_writer_task(task: asyncio.Task[None], grace_s: float = 10.0) -> None:
+    """Wait for a batch writer's loop to end after it was told to stop; cancel it only after ``grace_s``.
+
+    Cancelling a writer in the middle of a commit is what this avoids: the batch could be committed
+    yet still queued (written twice, or refused by a unique constraint so the rows behind it are
+    never written), and an interrupted SQLite transaction can hold the database lock.
+    """
+    done, _ = await asyncio.wait({task}, timeout=grace_s)
+    if not done:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

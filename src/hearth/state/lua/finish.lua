@@ -5,6 +5,7 @@
 -- ARGV: marker_ttl_ms, n_leases, then per lease: lease_id, delta_tokens, n_scopes, then per scope:
 --       has_conc, has_tpm; then one refund per budget counter.
 -- Returns 1 if this invocation settled the budgets, 0 if the call was already settled.
+-- marker_ttl_ms = 0: release only (no budgets, no marker written); returns 1.
 local k = 2
 local a = 3
 for _ = 1, tonumber(ARGV[2]) do
@@ -22,6 +23,7 @@ for _ = 1, tonumber(ARGV[2]) do
     a = a + 2
   end
 end
+if ARGV[1] == '0' then return 1 end
 if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) == false then return 0 end
 for i = k, #KEYS do
   local refund = tonumber(ARGV[a + i - k])
