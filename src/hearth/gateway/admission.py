@@ -7,7 +7,6 @@ the call's deadline), then gets 429 ``capacity_exhausted``. A backend fault fail
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from hearth.errors import HearthError
 from hearth.gateway.health import HealthBook
 from hearth.gateway.router import order_candidates
+from hearth.ids import new_id
 from hearth.registry.snapshot import Endpoint, Model
 from hearth.state.base import Lease, Refusal, Scope, StateBackend, StateUnavailable
 
@@ -61,7 +61,7 @@ async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, .
         refusals: list[Refusal] = []
         for ep in choices:
             try:
-                result = await state.acquire(os.urandom(12).hex(), scopes_for(ep), tokens, lease_ttl_s,
+                result = await state.acquire(new_id(), scopes_for(ep), tokens, lease_ttl_s,
                                              (cooldown_key(ep),))
             except StateUnavailable as exc:
                 raise HearthError("state_backend_unavailable", retry_after=2) from exc

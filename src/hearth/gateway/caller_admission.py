@@ -10,7 +10,6 @@ overshoot a limit between a check and a deduction. Concurrency refusals wait bri
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from hearth.errors import HearthError
 from hearth.gateway.admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.budget import Applicable
 from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Caller, Endpoint, LimitSet, Model
 from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable
@@ -90,7 +90,7 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[
     With ``endpoint`` (see :func:`~hearth.gateway.admission.first_choice`) that endpoint's slots
     are tried in the same step; if only the endpoint side refuses, the caller's part is taken
     alone and the attempt loop admits an endpoint the ordinary way (waiting, failing over)."""
-    call_id = os.urandom(12).hex()
+    call_id = new_id()
     once = (nonce,) if nonce is not None else ()
     if charges and ledger.backlog > ledger.max_backlog:
         raise HearthError("budget_ledger_backlog", retry_after=2)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hearth.ids import new_id
 from hearth.observability.logging import request_id_var
 
 _VALID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 
 
 def new_request_id() -> str:
-    return os.urandom(16).hex()
+    return new_id()
 
 
 class RequestIdMiddleware:
