@@ -537,8 +537,8 @@ def profile(env: GovEnv, cfg: Config, stamp: str) -> dict[str, Any]:
     raw_path = gb.RESULTS / f"gov-{stamp}-pyspy-{cfg.name}-c64.txt"
     dur = max(3, min(env.args.duration, 10))
     stats_path = env.prepare_signed(cfg.target, int(env.args.max_rate * dur) + 1000)
-    argv = ["taskset", "-c", env.gen_cpus, exe, "record", "-p", str(cfg.proc.pid), "-d", str(dur + 1), "-r", str(env.args.profile_rate),
-            "-f", "raw", "-o", str(raw_path)]
+    argv = ["taskset", "-c", env.gen_cpus, exe, "record", "-p", str(cfg.proc.pid), "-d", str(dur + 1),
+            "-r", str(env.args.profile_rate), "-f", "raw", "-o", str(raw_path)]
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         time.sleep(0.5)

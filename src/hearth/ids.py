@@ -17,8 +17,8 @@ _counter = itertools.count(1)
 
 
 def new_id() -> str:
-    """24+ lowercase hex characters, e.g. ``9f1c2b7a44e0d3a100000001``."""
-    return f"{_prefix}{next(_counter):08x}"
+    """32 lowercase hex characters, e.g. ``9f1c2b7a44e0d3a10000000000000001``."""
+    return f"{_prefix}{next(_counter):016x}"
 
 
 def _reseed() -> None:

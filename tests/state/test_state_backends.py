@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hearth.state.base import Lease, Scope, StateBackend, StateUnavailable, minute_window
+from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable, minute_window
 from hearth.state.memory import MemoryState
 from hearth.state.redis import RedisState
 from tests.conftest import REDIS_URL
@@ -321,6 +321,59 @@ async def test_redis_wait_for_release_returns_within_its_poll_time(redis_state: 
     started = time.monotonic()
     await redis_state.wait_for_release(5.0)
     assert time.monotonic() - started < 0.2
+
+
+# --------------------------------------------------------------------------- budgets (both backends)
+
+
+async def test_a_budget_reservation_is_settled_exactly_once(state: StateBackend) -> None:
+    budget = BudgetCharge("b:settle-once", limit=1000, amount=300)
+    call = lid()
+    got = await state.acquire(call, (Scope("ep:a", max_concurrency=5),), 10, 30.0, budgets=(budget,))
+    assert got.lease is not None and got.lease.budget_values == (300,)
+    assert await state.release_and_settle(got.lease, 10, (200,)) is True  # charged 100, refunded 200
+    assert await state.counters(("b:settle-once",)) == (100,)
+    again = Lease(call, (), 10, got.lease.window, budgets=(budget,))
+    assert await state.release_and_settle(again, 10, (200,)) is False
+    assert await state.counters(("b:settle-once",)) == (100,)
+
+
+async def test_a_reservation_that_outlives_its_ttl_stays_spent(state: StateBackend) -> None:
+    budget = BudgetCharge("b:expired", limit=1000, amount=300)
+    got = await state.acquire(lid(), (), 10, 0.3, budgets=(budget,))
+    assert got.lease is not None
+    await asyncio.sleep(0.5)
+    assert await state.release_and_settle(got.lease, 10, (300,)) is False
+    assert await state.counters(("b:expired",)) == (300,)
+
+
+async def test_a_budget_without_room_refuses_and_takes_nothing(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    scope = Scope("ep:budget-refusal", max_concurrency=5, rpm=100)
+    first = await state.acquire(lid(), (scope,), 1, 30.0, budgets=(BudgetCharge("b:tight", 500, 400),))
+    assert first.lease is not None
+    refused = await state.acquire(lid(), (scope,), 1, 30.0, budgets=(BudgetCharge("b:tight", 500, 400),))
+    assert refused.refusal is not None and (refused.refusal.limit, refused.refusal.scope) == ("budget", "b:tight")
+    assert await state.counters(("b:tight",)) == (400,)
+    usage = await state.usage("ep:budget-refusal")
+    assert (usage.in_flight, usage.rpm_used) == (1, 1)
+
+
+async def test_redis_keeps_no_per_call_key_after_settlement(redis_state: RedisState, redis_prefix: str) -> None:
+    import redis as redis_py
+
+    for _ in range(20):
+        got = await redis_state.acquire(lid(), (Scope("ep:a", max_concurrency=5),), 10, 30.0,
+                                        budgets=(BudgetCharge("b:keys", 10_000, 10),))
+        assert got.lease is not None
+        assert await redis_state.release_and_settle(got.lease, 10, (0,)) is True
+    client = redis_py.Redis.from_url(REDIS_URL)
+    try:
+        left = sorted(k.decode() for k in client.scan_iter(match=f"{redis_prefix}*"))
+    finally:
+        client.close()
+    assert [k for k in left if "res:" in k] == []
+    assert left == sorted({f"{redis_prefix}b:b:keys", f"{redis_prefix}c:ep:a"} & set(left))
 
 
 # --------------------------------------------------------------------------- Redis across clients and processes

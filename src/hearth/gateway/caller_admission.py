@@ -24,7 +24,6 @@ from hearth.registry.snapshot import Caller, Endpoint, LimitSet, Model
 from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable
 
 log = get_logger("hearth.caller_admission")
-SETTLE_MARKER_TTL_S = 3600.0  # settlement is attempted within the call; a marker need not outlive it by much
 
 
 @dataclass(slots=True)
@@ -148,7 +147,7 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
     charged = tuple(min(actual, c.amount) for actual, c in zip(actual_amounts, grant.charges, strict=True))
     refunds = tuple(c.amount - ch for c, ch in zip(grant.charges, charged, strict=True))
     try:
-        first = await state.release_and_settle(grant.lease, actual_tokens, refunds, SETTLE_MARKER_TTL_S, also_release)
+        first = await state.release_and_settle(grant.lease, actual_tokens, refunds, also_release)
     except StateUnavailable:
         # Unsettled reservations stay spent (the safe side); the ledger keeps the reservation.
         # Leases expire by their TTL.

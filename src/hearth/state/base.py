@@ -90,23 +90,23 @@ class StateBackend(Protocol):
                       cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
                       once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
         """All scopes, budget charges and one-time claims (``once``: key, TTL — as :meth:`claim_once`)
-        are taken together, or nothing is; an already claimed key refuses with limit ``once``."""
+        are taken together, or nothing is; an already claimed key refuses with limit ``once``.
+
+        With budgets, the reservation itself is recorded as the one-time key
+        ``reservation_key(lease_id)`` for ``ttl_s``: :meth:`release_and_settle` refunds only while
+        that key lives, and removes it, so a call is settled at most once and a reservation whose
+        call died (or outlived ``ttl_s``) stays spent. Nothing per call outlives the call."""
         ...
 
     async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
         """Free the concurrency slots and correct TPM; budget reservations are *not* touched here."""
         ...
 
-    async def settle(self, call_id: str, charges: tuple[BudgetCharge, ...], refunds: tuple[int, ...],
-                     marker_ttl_s: float) -> bool:
-        """Give back ``refunds[i]`` on ``charges[i]``, once per ``call_id``; True if this call did it."""
-        ...
-
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
-                                 marker_ttl_s: float,
                                  also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
-        """:meth:`release` (plus ``also_release``) then :meth:`settle` with ``lease.lease_id`` as the call
-        id, in one round trip."""
+        """:meth:`release` ``lease`` (plus ``also_release``) and give back ``refunds[i]`` on
+        ``lease.budgets[i]``, in one round trip. True if this call settled the reservation (its
+        reservation key was still there); False if it was settled before or had expired."""
         ...
 
     async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
@@ -138,6 +138,11 @@ class StateBackend(Protocol):
     async def ping(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+def reservation_key(call_id: str) -> str:
+    """The one-time key that stands for a call's open budget reservation (see ``acquire``)."""
+    return f"res:{call_id}"
 
 
 def minute_window(now_s: float) -> int:

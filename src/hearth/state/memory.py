@@ -9,7 +9,16 @@ import asyncio
 import time
 from collections import defaultdict
 
-from hearth.state.base import AcquireResult, BudgetCharge, Lease, Refusal, Scope, ScopeUsage, minute_window
+from hearth.state.base import (
+    AcquireResult,
+    BudgetCharge,
+    Lease,
+    Refusal,
+    Scope,
+    ScopeUsage,
+    minute_window,
+    reservation_key,
+)
 
 
 class MemoryState:
@@ -20,16 +29,39 @@ class MemoryState:
         self._rpm: dict[tuple[str, int], int] = defaultdict(int)
         self._tpm: dict[tuple[str, int], int] = defaultdict(int)
         self._cooldowns: dict[str, float] = {}
-        self._counters: dict[str, int] = {}
-        self._expiring: dict[str, float] = {}  # counters and one-shot markers with an expiry
+        self._counters: dict[str, int] = {}  # budget counters
+        self._expiring: dict[str, float] = {}  # budget counters with an expiry
+        # One-time keys (nonces, open budget reservations) -> expiry, in insertion order: nearly
+        # the order they expire in, so the sweep pops from the front and stops at the first live one.
+        self._once: dict[str, float] = {}
+        self._next_sweep = 0.0
         self._released = asyncio.Event()
-        self._settles = 0
+        self._waiting = 0
 
     def _sweep(self, now: float) -> None:
-        """Drop expired counters and settle markers (otherwise one marker per call would pile up)."""
-        for key in [k for k, until in self._expiring.items() if until <= now]:
-            del self._expiring[key]
-            self._counters.pop(key, None)
+        """At most once a second: drop expired one-time keys (from the front) and budget counters."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 1.0
+        dead = []
+        for key, until in self._once.items():
+            if until > now:
+                break
+            dead.append(key)
+        for key in dead:
+            del self._once[key]
+        if len(self._expiring) > 1024:
+            for key in [k for k, until in self._expiring.items() if until <= now]:
+                del self._expiring[key]
+                self._counters.pop(key, None)
+
+    def _claimed(self, key: str, now: float) -> bool:
+        until = self._once.get(key)
+        return until is not None and until > now
+
+    def _claim(self, key: str, until: float) -> None:
+        self._once.pop(key, None)  # re-inserted at the end, keeping the order of expiry
+        self._once[key] = until
 
     def _expire(self, scope: str, now: float) -> dict[str, float]:
         held = self._leases[scope]
@@ -51,8 +83,9 @@ class MemoryState:
                       cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
                       once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
         now = time.time()
+        self._sweep(now)
         for key, _ in once:
-            if self._live(f"once:{key}", now):
+            if self._claimed(key, now):
                 return AcquireResult(refusal=Refusal(key, "once", 0.0))
         for key in cooldown_keys:
             until = self._cooldowns.get(key)
@@ -85,8 +118,9 @@ class MemoryState:
             if s.tpm:
                 self._tpm[(s.key, window)] += tokens
         for key, ttl in once:
-            self._counters[f"once:{key}"] = 1
-            self._expiring[f"once:{key}"] = now + ttl
+            self._claim(key, now + ttl)
+        if budgets:
+            self._claim(reservation_key(lease_id), expiry)
         values = []
         for b in budgets:
             if not self._live(b.key, now):
@@ -115,32 +149,23 @@ class MemoryState:
             if s.tpm and actual_tokens is not None:
                 k = (s.key, lease.window)
                 self._tpm[k] = max(0, self._tpm[k] + actual_tokens - lease.tokens)
-        self._released.set()
-        self._released = asyncio.Event()
-
-    async def settle(self, call_id: str, charges: tuple[BudgetCharge, ...], refunds: tuple[int, ...],
-                     marker_ttl_s: float) -> bool:
-        now = time.time()
-        marker = f"settled:{call_id}"
-        self._settles += 1
-        if self._settles % 4096 == 0:
-            self._sweep(now)
-        if self._live(marker, now):
-            return False
-        self._counters[marker] = 1
-        self._expiring[marker] = now + marker_ttl_s
-        for charge, refund in zip(charges, refunds, strict=True):
-            if refund > 0 and self._live(charge.key, now):
-                self._counters[charge.key] = max(0, self._counters[charge.key] - refund)
-        return True
+        if self._waiting:
+            self._released.set()
+            self._released = asyncio.Event()
 
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
-                                 marker_ttl_s: float,
                                  also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
         for other, tokens in also_release:
             await self.release(other, tokens)
         await self.release(lease, actual_tokens)
-        return await self.settle(lease.lease_id, lease.budgets, refunds, marker_ttl_s)
+        now = time.time()
+        until = self._once.pop(reservation_key(lease.lease_id), None)
+        if until is None or until <= now:
+            return False  # settled before, or the reservation outlived its TTL: it stays spent
+        for charge, refund in zip(lease.budgets, refunds, strict=True):
+            if refund > 0 and self._live(charge.key, now):
+                self._counters[charge.key] = max(0, self._counters[charge.key] - refund)
+        return True
 
     async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
         for lease, tokens in leases:
@@ -160,13 +185,20 @@ class MemoryState:
         return True
 
     async def claim_once(self, key: str, ttl_s: float) -> bool:
-        return await self.seed_counter(f"once:{key}", 1, ttl_s)
+        now = time.time()
+        if self._claimed(key, now):
+            return False
+        self._claim(key, now + ttl_s)
+        return True
 
     async def wait_for_release(self, timeout_s: float) -> None:
+        self._waiting += 1
         try:
             await asyncio.wait_for(self._released.wait(), timeout_s)
         except TimeoutError:
             pass
+        finally:
+            self._waiting -= 1
 
     async def set_cooldown(self, key: str, seconds: float) -> None:
         self._cooldowns[key] = time.time() + seconds

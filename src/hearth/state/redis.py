@@ -19,6 +19,7 @@ from hearth.state.base import (
     ScopeUsage,
     StateUnavailable,
     minute_window,
+    reservation_key,
 )
 from hearth.state.resp import RespClient, RespError, RespUnavailable, Script
 
@@ -43,6 +44,8 @@ class RedisState:
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
                       cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
                       once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
+        if budgets:
+            once = (*once, (reservation_key(lease_id), ttl_s))
         keys: list[str] = []
         args: list[str | int] = [lease_id, int(ttl_s * 1000), tokens, len(scopes), len(budgets), len(once)]
         for s in scopes:
@@ -84,10 +87,8 @@ class RedisState:
         return keys, args
 
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
-                                 marker_ttl_s: float,
                                  also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
-        keys, args = self._finish_call(lease.lease_id, max(1, int(marker_ttl_s * 1000)),
-                                       (*also_release, (lease, actual_tokens)))
+        keys, args = self._finish_call(lease.lease_id, True, (*also_release, (lease, actual_tokens)))
         keys += [self._k("b", c.key) for c in lease.budgets]
         args += list(refunds)
         try:
@@ -99,17 +100,17 @@ class RedisState:
     async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
         if not leases:
             return
-        keys, args = self._finish_call(leases[0][0].lease_id, 0, leases)  # marker TTL 0: release only
+        keys, args = self._finish_call(leases[0][0].lease_id, False, leases)
         try:
             await self._redis.run(self._finish, keys, args)
         except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
 
-    def _finish_call(self, call_id: str, marker_ttl_ms: int,
+    def _finish_call(self, call_id: str, settle: bool,
                      leases: tuple[tuple[Lease, int | None], ...]) -> tuple[list[str], list[str | int]]:
-        """KEYS and ARGV of ``finish.lua`` for releasing ``leases`` (each lease once)."""
-        keys: list[str] = [self._k("settled", call_id)]
-        args: list[str | int] = [marker_ttl_ms, 0]
+        """KEYS and ARGV of ``finish.lua`` for releasing ``leases`` (each lease once), settling or not."""
+        keys: list[str] = [self._k("once", reservation_key(call_id))]
+        args: list[str | int] = [1 if settle else 0, 0]
         for held, tokens in leases:
             if held.released:
                 continue
@@ -131,15 +132,6 @@ class RedisState:
         except _FAULTS as exc:
             # The lease expires by its TTL; nothing is lost but capacity until then.
             raise StateUnavailable(str(exc)) from exc
-
-    async def settle(self, call_id: str, charges: tuple[BudgetCharge, ...], refunds: tuple[int, ...],
-                     marker_ttl_s: float) -> bool:
-        keys = [self._k("settled", call_id), *(self._k("b", c.key) for c in charges)]
-        try:
-            done = await self._redis.run(self._finish, keys, [max(1, int(marker_ttl_s * 1000)), 0, *refunds])
-        except _FAULTS as exc:
-            raise StateUnavailable(str(exc)) from exc
-        return bool(int(done))
 
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
         if not keys:

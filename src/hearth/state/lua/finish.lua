@@ -1,11 +1,11 @@
 -- Finish a call in one step: release several leases (concurrency slots, TPM correction) and settle
 -- the call's budget reservations exactly once.
--- KEYS: 1 = the call's settle marker; then, for each lease and each of its scopes: lease zset, tpm
---       counter of the lease's window; then the budget counters.
--- ARGV: marker_ttl_ms, n_leases, then per lease: lease_id, delta_tokens, n_scopes, then per scope:
---       has_conc, has_tpm; then one refund per budget counter.
--- Returns 1 if this invocation settled the budgets, 0 if the call was already settled.
--- marker_ttl_ms = 0: release only (no budgets, no marker written); returns 1.
+-- KEYS: 1 = the call's reservation key (set by acquire.lua for the lease TTL); then, for each lease
+--       and each of its scopes: lease zset, tpm counter of the lease's window; then the budget counters.
+-- ARGV: settle (1 or 0 = release only), n_leases, then per lease: lease_id, delta_tokens, n_scopes,
+--       then per scope: has_conc, has_tpm; then one refund per budget counter.
+-- Returns 1 if this invocation settled the budgets (it deleted the reservation key), 0 if the call was
+-- settled before or its reservation expired (then it stays spent); 1 when only releasing.
 local k = 2
 local a = 3
 for _ = 1, tonumber(ARGV[2]) do
@@ -24,7 +24,7 @@ for _ = 1, tonumber(ARGV[2]) do
   end
 end
 if ARGV[1] == '0' then return 1 end
-if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) == false then return 0 end
+if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 for i = k, #KEYS do
   local refund = tonumber(ARGV[a + i - k])
   if refund > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
