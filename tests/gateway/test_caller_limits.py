@@ -77,6 +77,23 @@ async def test_a_disconnect_frees_the_users_stream_slot_at_once(fake, hearth_ser
     assert time.monotonic() - started < 1.0  # admitted without waiting out the old stream
 
 
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_stream_longer_than_the_lease_ttl_keeps_its_slot(backend, fake, hearth_server, http, request):
+    settings: dict[str, Any] = {"limit_wait_s": 0}
+    if backend == "redis":
+        settings |= {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
+    server = hearth_server(limited_registry(fake), **settings)
+    server.runtime.gateway.lease_ttl_s = 0.6  # admitted for 0.6 s, renewed every 0.2 s while streaming
+    fake.set_defaults(chunks=8, chunk_delay_ms=250)  # a 2 s stream
+    holder = asyncio.create_task(_stream(http, server.base_url, USER))
+    await _until_streaming(fake)
+    await asyncio.sleep(1.2)  # twice the TTL it was admitted with
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(stream=True), headers=USER)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "user_stream_concurrency_exceeded"
+    assert await holder == 200
+    assert await _stream(http, server.base_url, USER) == 200  # released at the end as usual
+
+
 async def test_a_rejected_request_consumes_no_rpm(fake, hearth_server, http):
     limits = {"user": {"rpm": 3, "stream_concurrency": 1}}
     server = hearth_server(limited_registry(fake, **limits), limit_wait_s=0)

@@ -359,6 +359,29 @@ async def test_a_budget_without_room_refuses_and_takes_nothing(state: StateBacke
     assert (usage.in_flight, usage.rpm_used) == (1, 1)
 
 
+async def test_renew_keeps_a_live_lease_and_its_reservation_past_their_ttl(state: StateBackend) -> None:
+    scope = Scope("ep:renew", max_concurrency=1)
+    budget = BudgetCharge("b:renew", limit=1000, amount=300)
+    held = await state.acquire(lid(), (scope,), 1, 0.5, budgets=(budget,))
+    assert held.lease is not None
+    await asyncio.sleep(0.3)
+    await state.renew((held.lease,), 1.0)
+    await asyncio.sleep(0.4)  # past the first TTL, within the renewed one
+    assert (await state.acquire(lid(), (scope,), 1, 30.0)).refusal is not None
+    assert await state.release_and_settle(held.lease, 1, (300,)) is True  # the reservation was renewed too
+    assert await state.counters(("b:renew",)) == (0,)
+    assert (await state.acquire(lid(), (scope,), 1, 30.0)).lease is not None
+
+
+async def test_renew_does_not_bring_back_an_expired_lease(state: StateBackend) -> None:
+    scope = Scope("ep:renew-late", max_concurrency=1)
+    held = await state.acquire(lid(), (scope,), 1, 0.2)
+    assert held.lease is not None
+    await asyncio.sleep(0.4)
+    await state.renew((held.lease,), 30.0)
+    assert (await state.acquire(lid(), (scope,), 1, 30.0)).lease is not None
+
+
 async def test_redis_keeps_no_per_call_key_after_settlement(redis_state: RedisState, redis_prefix: str) -> None:
     import redis as redis_py
 

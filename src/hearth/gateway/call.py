@@ -193,6 +193,14 @@ class Gateway:
         return self.providers[ep.kind]
 
     # ---- accounting ---------------------------------------------------------------------------
+    async def renew(self, ctx: CallContext, endpoint_lease: Lease) -> None:
+        """Keep a long call's endpoint and caller slots (and budget reservation) alive for another TTL."""
+        leases = (endpoint_lease,) + ((ctx.grant.lease,) if ctx.grant is not None and ctx.grant.lease else ())
+        try:
+            await self.state.renew(leases, self.lease_ttl_s)
+        except StateUnavailable:
+            log.warning("lease_renewal_failed", hint="the slots expire by their TTL")
+
     async def release(self, lease: Lease, actual_tokens: int | None) -> None:
         try:
             await self.state.release(lease, actual_tokens)

@@ -9,6 +9,8 @@ with an explicit OpenAI-style error event instead of a silent, truncated 200.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -44,6 +46,15 @@ class RelayStream:
         self._error_code: str | None = "client_disconnected"
         self._closed = False
         gateway.health.succeeded(admitted.endpoint.name, ctx.ttft_ms or 0.0)
+        self._renewal = asyncio.create_task(self._keep_leases(), name="stream-lease-renewal")
+
+    async def _keep_leases(self) -> None:
+        """A stream may outlive the TTL its slots were admitted with: renew them (and the budget
+        reservation) every third of that TTL until the stream is closed."""
+        every = self._gw.lease_ttl_s / 3
+        while True:
+            await asyncio.sleep(every)
+            await self._gw.renew(self._ctx, self._adm.lease)
 
     @property
     def endpoint_name(self) -> str:
@@ -72,6 +83,9 @@ class RelayStream:
         if self._closed:
             return
         self._closed = True
+        self._renewal.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._renewal  # renew() logs and swallows state-backend faults; anything else is a bug
         try:
             await self._upstream.aclose()
         finally:

@@ -113,6 +113,12 @@ class StateBackend(Protocol):
         """:meth:`release` for several leases (each with its actual tokens) in one round trip."""
         ...
 
+    async def renew(self, leases: tuple[Lease, ...], ttl_s: float) -> None:
+        """Push the expiry of ``leases``' concurrency slots, and of the open budget reservation of
+        each lease that carries budgets, to ``ttl_s`` from now — for calls that outlive the TTL they
+        were admitted with (long streams). Expired or released leases are not brought back."""
+        ...
+
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
         """Current values of budget counters (0 if absent)."""
         ...

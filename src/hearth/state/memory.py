@@ -171,6 +171,18 @@ class MemoryState:
         for lease, tokens in leases:
             await self.release(lease, tokens)
 
+    async def renew(self, leases: tuple[Lease, ...], ttl_s: float) -> None:
+        now = time.time()
+        for lease in leases:
+            if lease.released:
+                continue
+            for s in lease.scopes:
+                held = self._leases.get(s.key)
+                if s.max_concurrency and held is not None and held.get(lease.lease_id, 0.0) > now:
+                    held[lease.lease_id] = now + ttl_s
+            if lease.budgets and self._claimed(reservation_key(lease.lease_id), now):
+                self._claim(reservation_key(lease.lease_id), now + ttl_s)
+
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
         now = time.time()
         return tuple(self._counters[k] if self._live(k, now) else 0 for k in keys)

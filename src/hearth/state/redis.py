@@ -37,6 +37,7 @@ class RedisState:
         self._acquire = Script.of((_LUA / "acquire.lua").read_text())
         self._release = Script.of((_LUA / "release.lua").read_text())
         self._finish = Script.of((_LUA / "finish.lua").read_text())
+        self._renew = Script.of((_LUA / "renew.lua").read_text())
 
     def _k(self, kind: str, key: str, window: int | None = None) -> str:
         return f"{self._p}{kind}:{key}" if window is None else f"{self._p}{kind}:{key}:{window}"
@@ -131,6 +132,18 @@ class RedisState:
             await self._redis.run(self._release, keys, args)
         except _FAULTS as exc:
             # The lease expires by its TTL; nothing is lost but capacity until then.
+            raise StateUnavailable(str(exc)) from exc
+
+    async def renew(self, leases: tuple[Lease, ...], ttl_s: float) -> None:
+        live = [lease for lease in leases if not lease.released]
+        zsets = [(self._k("c", s.key), lease.lease_id) for lease in live for s in lease.scopes if s.max_concurrency]
+        keys = [k for k, _ in zsets] + [self._k("once", reservation_key(lease.lease_id))
+                                       for lease in live if lease.budgets][:1]
+        if not keys:
+            return
+        try:
+            await self._redis.run(self._renew, keys, [max(1, int(ttl_s * 1000)), len(zsets), *(i for _, i in zsets)])
+        except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
 
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
