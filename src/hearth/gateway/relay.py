@@ -46,15 +46,17 @@ class RelayStream:
         self._error_code: str | None = "client_disconnected"
         self._closed = False
         gateway.health.succeeded(admitted.endpoint.name, ctx.ttft_ms or 0.0)
-        self._renewal = asyncio.create_task(self._keep_leases(), name="stream-lease-renewal")
+        # A stream may outlive the TTL its slots were admitted with: they (and the budget reservation)
+        # are renewed every third of that TTL until the stream is closed. A timer, not a task per
+        # stream: most streams end long before it fires.
+        self._renewing: asyncio.Task[None] | None = None
+        self._renewal = asyncio.get_running_loop().call_later(gateway.lease_ttl_s / 3, self._renew_soon)
 
-    async def _keep_leases(self) -> None:
-        """A stream may outlive the TTL its slots were admitted with: renew them (and the budget
-        reservation) every third of that TTL until the stream is closed."""
-        every = self._gw.lease_ttl_s / 3
-        while True:
-            await asyncio.sleep(every)
-            await self._gw.renew(self._ctx, self._adm.lease)
+    def _renew_soon(self) -> None:
+        if self._closed:
+            return
+        self._renewing = asyncio.create_task(self._gw.renew(self._ctx, self._adm.lease), name="stream-lease-renewal")
+        self._renewal = asyncio.get_running_loop().call_later(self._gw.lease_ttl_s / 3, self._renew_soon)
 
     @property
     def endpoint_name(self) -> str:
@@ -84,8 +86,9 @@ class RelayStream:
             return
         self._closed = True
         self._renewal.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._renewal  # renew() logs and swallows state-backend faults; anything else is a bug
+        if self._renewing is not None:  # let a renewal in flight land before the release below
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewing
         try:
             await self._upstream.aclose()
         finally:
