@@ -87,6 +87,10 @@ async def test_weights_spread_load_in_proportion(backend, fake, fake2, hearth_se
         settings = {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
     server = hearth_server(gateway_registry([_ep("a", fake.base_url, weight=3), _ep("b", fake2.base_url, weight=1)]),
                            **settings)
+    # The router also favours the faster endpoint (up to 2x); with ~1 ms answers, scheduling noise
+    # alone made one fake look twice as fast. 20 ms answers keep the latencies equal to a few percent.
+    fake.set_defaults(latency_ms=20)
+    fake2.set_defaults(latency_ms=20)
     for _ in range(50):
         await _burst(http, server.base_url, 8)
     a, b = fake.stats.requests, fake2.stats.requests
