@@ -20,6 +20,9 @@ import redis
 import yaml
 
 from hearth.settings import Settings
+from hearth.state.base import StateBackend
+from hearth.state.memory import MemoryState
+from hearth.state.redis import RedisState
 from hearth.testing.fake_upstream import FakeUpstream
 from hearth.testing.server_thread import HearthServerThread
 
@@ -94,6 +97,18 @@ def _fresh_postgres() -> Iterator[str]:
         yield pg_url_for(name)
     finally:
         asyncio.run(_drop_pg_database(name))
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def state(request: pytest.FixtureRequest) -> AsyncIterator[StateBackend]:
+    """Each state backend in turn (Redis under this test's key prefix)."""
+    backend: StateBackend
+    if request.param == "memory":
+        backend = MemoryState()
+    else:
+        backend = RedisState(REDIS_URL, request.getfixturevalue("redis_prefix"))
+    yield backend
+    await backend.close()
 
 
 @pytest.fixture

@@ -27,9 +27,7 @@ from hearth.gateway.budget import Applicable, reservation_charges
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.caller_admission import admit_caller, finish_caller
 from hearth.registry.snapshot import Budget, Endpoint, Model, QuotaGroup
-from hearth.state.base import Scope, ScopeUsage, StateBackend
-from hearth.state.memory import MemoryState
-from hearth.state.redis import RedisState
+from hearth.state.base import Scope, ScopeUsage
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior, prompt_tokens_for
@@ -247,17 +245,6 @@ async def test_failover_from_a_500_first_choice_frees_both_endpoints_and_charges
 
 
 # --------------------------------------------------------------------------- 4. function level
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def state(request: pytest.FixtureRequest) -> AsyncIterator[StateBackend]:
-    backend: StateBackend
-    if request.param == "memory":
-        backend = MemoryState()
-    else:
-        backend = RedisState(REDIS_URL, request.getfixturevalue("redis_prefix"))
-    yield backend
-    await backend.close()
 
 
 @pytest.fixture

@@ -24,17 +24,6 @@ from tests.conftest import REDIS_URL
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def state(request: pytest.FixtureRequest) -> AsyncIterator[StateBackend]:
-    backend: StateBackend
-    if request.param == "memory":
-        backend = MemoryState()
-    else:
-        backend = RedisState(REDIS_URL, request.getfixturevalue("redis_prefix"))
-    yield backend
-    await backend.close()
-
-
 @pytest.fixture
 async def redis_state(redis_prefix: str) -> AsyncIterator[RedisState]:
     backend = RedisState(REDIS_URL, redis_prefix)

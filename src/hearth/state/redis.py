@@ -35,7 +35,6 @@ class RedisState:
         self._redis = RespClient(url, connect_timeout_s=1.0, command_timeout_s=2.0)
         self._p = prefix
         self._acquire = Script.of((_LUA / "acquire.lua").read_text())
-        self._release = Script.of((_LUA / "release.lua").read_text())
         self._finish = Script.of((_LUA / "finish.lua").read_text())
         self._renew = Script.of((_LUA / "renew.lua").read_text())
 
@@ -78,15 +77,6 @@ class RedisState:
             scope = scopes[idx - 1].key
         return AcquireResult(refusal=Refusal(scope, limit, wait_ms / 1000))
 
-    def _release_call(self, lease: Lease, actual_tokens: int | None) -> tuple[list[str], list[str | int]]:
-        delta = 0 if actual_tokens is None else actual_tokens - lease.tokens
-        keys: list[str] = []
-        args: list[str | int] = [lease.lease_id, delta, len(lease.scopes)]
-        for s in lease.scopes:
-            keys += [self._k("c", s.key), self._k("t", s.key, lease.window)]
-            args += ["1" if s.max_concurrency else "0", "1" if s.tpm else "0"]
-        return keys, args
-
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
                                  also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
         keys, args = self._finish_call(lease.lease_id, True, (*also_release, (lease, actual_tokens)))
@@ -99,6 +89,7 @@ class RedisState:
         return bool(int(settled))
 
     async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
+        leases = tuple(pair for pair in leases if not pair[0].released)
         if not leases:
             return
         keys, args = self._finish_call(leases[0][0].lease_id, False, leases)
@@ -124,15 +115,7 @@ class RedisState:
         return keys, args
 
     async def release(self, lease: Lease, actual_tokens: int | None = None) -> None:
-        if lease.released:
-            return
-        lease.released = True
-        keys, args = self._release_call(lease, actual_tokens)
-        try:
-            await self._redis.run(self._release, keys, args)
-        except _FAULTS as exc:
-            # The lease expires by its TTL; nothing is lost but capacity until then.
-            raise StateUnavailable(str(exc)) from exc
+        await self.release_all(((lease, actual_tokens),))  # the lease expires by its TTL if this fails
 
     async def renew(self, leases: tuple[Lease, ...], ttl_s: float) -> None:
         live = [lease for lease in leases if not lease.released]
