@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     limit_wait_s: float = Field(default=3.0, ge=0, description="max wait for a caller/tenant/user concurrency slot")
     admission_wait_s: float = Field(default=10.0, ge=0, description="max wait for a free endpoint slot")
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    stream_send_timeout_s: float = Field(default=30.0, gt=0, description="a stream whose client has not "
+                                         "taken the next frame within this time (the server's write buffer "
+                                         "stayed full) is ended as 499 client_too_slow and its slots freed")
     breaker_failures: int = Field(default=3, ge=1, description="consecutive failures that open a circuit")
     breaker_open_s: float = Field(default=30.0, gt=0, description="how long an open circuit stays open")
     max_request_bytes: int = 8 * 1024 * 1024
