@@ -189,3 +189,15 @@ Index("ix_request_logs_created_at", request_logs.c.created_at)
 Index("ix_request_logs_caller_created", request_logs.c.caller, request_logs.c.created_at)
 Index("ix_request_logs_model_created", request_logs.c.model, request_logs.c.created_at)
 Index("ix_request_logs_request_id", request_logs.c.request_id)
+
+# owner: hearth.store.batch_insert — rows a batch writer's table refused (bad data), kept for operators
+dead_rows = Table(
+    "dead_rows", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("writer", String(32), nullable=False),  # request_log | budget_ledger
+    Column("row_key", String(128), nullable=True),  # the refused row's request id / call id
+    Column("error", Text, nullable=False),  # exception class and the start of its message
+    Column("payload", Text, nullable=False),  # the row as JSON (datetimes as ISO strings), size-bounded
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+Index("ix_dead_rows_created_at", dead_rows.c.created_at)
