@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hearth.registry.config import CallerLimitsSpec, CallerSpec
-from hearth.registry.key_vault import KeyVault, KeyVaultError
+from hearth.registry.key_vault import KeyVault
 from hearth.registry.snapshot import Caller, CallerLimits, LimitSet
 from hearth.store.tables import callers
 
@@ -49,8 +49,10 @@ async def upsert_caller(conn: AsyncConnection, spec: CallerSpec, vault: KeyVault
     values = _policy_values(spec)
     if spec.signing_key is not None:
         stored = row["signing_key_enc"] if row is not None else None
-        if stored is None or _decrypt_or_none(vault, stored, spec.name) != spec.signing_key:
-            values["signing_key_enc"] = vault.encrypt(spec.signing_key, _CONTEXT + spec.name)
+        # A stored key this vault cannot read is an error, not a reason to overwrite it: a process
+        # started with the wrong master key must not rewrite what the others can read.
+        if stored is None or decrypt_signing_key(vault, stored, spec.name) != spec.signing_key:
+            values["signing_key_enc"] = vault.encrypt(spec.signing_key, signing_key_context(spec.name))
     if row is None:
         if spec.key is None:
             raise ValueError(f"caller {spec.name!r} is new and needs a key")
@@ -67,11 +69,17 @@ async def upsert_caller(conn: AsyncConnection, spec: CallerSpec, vault: KeyVault
     return "updated"
 
 
-def _decrypt_or_none(vault: KeyVault, token: str, name: str) -> str | None:
-    try:
-        return vault.decrypt(token, _CONTEXT + name)
-    except KeyVaultError:
-        return None
+def signing_key_context(name: str) -> str:
+    """The associated data a caller's signing key is encrypted with: binds it to the caller's name."""
+    return _CONTEXT + name
+
+
+def decrypt_signing_key(vault: KeyVault, token: str, name: str) -> str:
+    """The caller's signing key; :class:`KeyVaultError` naming the caller if it cannot be decrypted.
+
+    Never "no key": a caller whose own key is unreadable must not fall back to the global one.
+    """
+    return vault.decrypt(token, signing_key_context(name), subject=f"the signing key of caller {name!r}")
 
 
 def _limits(raw: Any) -> CallerLimits:
@@ -80,7 +88,7 @@ def _limits(raw: Any) -> CallerLimits:
 
 
 def _caller(row: Any, vault: KeyVault) -> Caller:
-    signing = _decrypt_or_none(vault, row["signing_key_enc"], row["name"]) if row["signing_key_enc"] else None
+    signing = decrypt_signing_key(vault, row["signing_key_enc"], row["name"]) if row["signing_key_enc"] else None
     return Caller(
         name=row["name"], enabled=bool(row["enabled"]) and row["revoked_at"] is None,
         allowed_models=frozenset(row["allowed_models"]) if row["allowed_models"] is not None else None,
@@ -99,6 +107,23 @@ async def load_callers(conn: AsyncConnection, vault: KeyVault) -> tuple[dict[str
         by_name[row["name"]] = caller
     return by_hash, by_name
 
+
+
+async def rewrap_signing_keys(conn: AsyncConnection, vault: KeyVault) -> tuple[int, int]:
+    """Re-encrypt every stored signing key under ``vault``'s current master key (a master-key rotation).
+
+    Runs in the caller's transaction; returns (re-encrypted, already under the current key). A key no
+    key of ``vault`` opens raises :class:`KeyVaultError` naming the caller, before anything is committed.
+    """
+    rows = (await conn.execute(select(callers.c.name, callers.c.signing_key_enc).where(
+        callers.c.signing_key_enc.is_not(None)).order_by(callers.c.name).with_for_update())).all()
+    changed = 0
+    for name, token in rows:
+        new = vault.rewrap(token, signing_key_context(name), subject=f"the signing key of caller {name!r}")
+        if new is not None:
+            await conn.execute(callers.update().where(callers.c.name == name).values(signing_key_enc=new))
+            changed += 1
+    return changed, len(rows) - changed
 
 # ---- key management (CLI `hearth keys`, admin API) ---------------------------------------------
 

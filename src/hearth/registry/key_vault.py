@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,39 +54,63 @@ def load_master_key(env_value: str | None, key_file: Path) -> bytes:
 class KeyVault:
     """Encrypts provider keys; the associated data binds a ciphertext to its endpoint name.
 
+    Values are always encrypted under ``master_key``. ``previous_keys`` are only ever used to decrypt:
+    a vault built with the new key and the old one as previous reads both during a master-key rotation
+    (see :func:`hearth.registry.store.rotate_master_key`), and :meth:`rewrap` moves a value onto the
+    current key.
+
     ``cryptography`` is imported on first use: a deployment without stored keys (the demo) never
     pays its ~5 MB of resident memory.
     """
 
-    def __init__(self, master_key: bytes) -> None:
-        self._master_key = master_key
-        self._cipher: Any = None
+    def __init__(self, master_key: bytes, previous_keys: Sequence[bytes] = ()) -> None:
+        self._keys = (master_key, *previous_keys)
+        self._ciphers: list[Any] | None = None
 
-    def _aead(self) -> Any:
-        if self._cipher is None:
+    def _aeads(self) -> list[Any]:
+        if self._ciphers is None:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-            self._cipher = AESGCM(self._master_key)
-        return self._cipher
+            self._ciphers = [AESGCM(key) for key in self._keys]
+        return self._ciphers
 
     def encrypt(self, plaintext: str, context: str) -> str:
         nonce = os.urandom(12)
-        sealed = self._aead().encrypt(nonce, plaintext.encode(), context.encode())
+        sealed = self._aeads()[0].encrypt(nonce, plaintext.encode(), context.encode())
         return (_VERSION + b":" + base64.b64encode(nonce + sealed)).decode()
 
-    def decrypt(self, token: str, context: str) -> str:
+    def decrypt(self, token: str, context: str, *, subject: str | None = None) -> str:
+        """The plaintext of ``token``; :class:`KeyVaultError` naming ``subject`` (else the context) if no
+        key of this vault opens it. The message never contains the value or a key."""
+        return self._open(token, context, subject)[0]
+
+    def rewrap(self, token: str, context: str, *, subject: str | None = None) -> str | None:
+        """``token`` re-encrypted under the current master key, or None if it already is under it."""
+        plain, index = self._open(token, context, subject)
+        return None if index == 0 else self.encrypt(plain, context)
+
+    def _open(self, token: str, context: str, subject: str | None) -> tuple[str, int]:
+        what = subject or repr(context)
         version, _, payload = token.encode().partition(b":")
         if version != _VERSION:
-            raise KeyVaultError("unknown key ciphertext version")
+            raise KeyVaultError(f"cannot decrypt {what}: unknown key ciphertext version")
         from cryptography.exceptions import InvalidTag
 
-        blob = base64.b64decode(payload)
         try:
-            plain: bytes = self._aead().decrypt(blob[:12], blob[12:], context.encode())
-            return plain.decode()
-        except InvalidTag as exc:
-            raise KeyVaultError(
-                f"cannot decrypt the key of {context!r}: wrong HEARTH_MASTER_KEY or tampered data") from exc
+            blob = base64.b64decode(payload, validate=True)
+        except binascii.Error:
+            blob = b""
+        if len(blob) > 12:
+            for index, aead in enumerate(self._aeads()):
+                try:
+                    plain: bytes = aead.decrypt(blob[:12], blob[12:], context.encode())
+                except InvalidTag:
+                    continue
+                return plain.decode(), index
+        raise KeyVaultError(
+            f"cannot decrypt {what}: it was stored under another HEARTH_MASTER_KEY (or the data was tampered "
+            f"with). Start with the master key it was stored under; to change master keys, see "
+            f"`hearth rotate-master-key`.")
 
 
 def mask_key(key: str | None) -> str | None:

@@ -16,10 +16,10 @@ from sqlalchemy import Table, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.auth.callers import load_callers, upsert_caller
+from hearth.auth.callers import decrypt_signing_key, load_callers, rewrap_signing_keys, upsert_caller
 from hearth.errors import HearthError
 from hearth.registry.config import RegistrySpec
-from hearth.registry.key_vault import KeyVault, KeyVaultError, mask_key
+from hearth.registry.key_vault import KeyVault, mask_key
 from hearth.registry.snapshot import MICRO, Budget, Endpoint, Model, Price, QuotaGroup, Registry, Scene
 from hearth.store.tables import (
     budgets,
@@ -162,18 +162,76 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) 
             await _upsert(conn, budgets, {"name": b.name},
                           {"caller": b.caller, "scope": b.scope, "subject": b.subject, "period": b.period,
                            "unit": b.unit, "limit_amount": limit, "enabled": b.enabled}, f"budget:{b.name}", report)
+        # Before committing: every stored secret must open under this vault. A process started with the
+        # wrong master key is refused here, with nothing written, rather than after committing its apply.
+        await check_secrets_readable(conn, vault)
         if report.changed:
             await bump_version(conn)
     return report
 
 
-def _stored_key(vault: KeyVault, token: str, name: str) -> str | None:
-    """The stored key, or None if it cannot be read (e.g. the master key changed): then re-encrypt."""
-    try:
-        return vault.decrypt(token, name)
-    except KeyVaultError:
-        return None
+def _stored_key(vault: KeyVault, token: str, name: str) -> str:
+    """The stored API key of endpoint ``name``; :class:`KeyVaultError` naming it if it cannot be read.
 
+    An unreadable key is never silently replaced: a process started with the wrong master key would
+    otherwise rewrite, under its own key, secrets that every other process can read.
+    """
+    return vault.decrypt(token, name, subject=f"the API key of endpoint {name!r}")
+
+
+
+
+async def check_secrets_readable(conn: AsyncConnection, vault: KeyVault) -> None:
+    """Decrypt every stored endpoint API key and caller signing key; :class:`KeyVaultError` names the first
+    one ``vault`` cannot open."""
+    for name, token in (await conn.execute(select(endpoints.c.name, endpoints.c.api_key_enc).where(
+            endpoints.c.api_key_enc.is_not(None)).order_by(endpoints.c.name))).all():
+        _stored_key(vault, token, name)
+    for name, token in (await conn.execute(select(callers_table.c.name, callers_table.c.signing_key_enc).where(
+            callers_table.c.signing_key_enc.is_not(None)).order_by(callers_table.c.name))).all():
+        decrypt_signing_key(vault, token, name)
+
+@dataclass(frozen=True, slots=True)
+class RotationReport:
+    """What a master-key rotation re-encrypted; ``already_current`` values were under the new key already."""
+
+    endpoint_keys: int
+    signing_keys: int
+    already_current: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"endpoint_keys": self.endpoint_keys, "signing_keys": self.signing_keys,
+                "already_current": self.already_current}
+
+
+async def rotate_master_key(engine: AsyncEngine, vault: KeyVault, *, dry_run: bool = False) -> RotationReport:
+    """Re-encrypt every endpoint API key and caller signing key under ``vault``'s current master key.
+
+    ``vault`` is built with the new master key as current and the old one(s) as ``previous_keys``.
+    Everything happens in ONE transaction: if any stored value opens under none of the keys,
+    :class:`KeyVaultError` names it and nothing is written. Values already under the new key are left
+    alone, so running the rotation again (after an interruption, or after a process still on the old
+    key stored a new value) finishes it. ``dry_run`` does all of it and rolls back. The registry version
+    is not bumped: no plaintext changes, and running processes keep serving from their snapshots.
+    """
+    async with engine.connect() as conn:
+        async with conn.begin() as tx:
+            if conn.dialect.name == "postgresql":  # one at a time with apply_registry and other rotations
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _APPLY_LOCK_ID})
+            rows = (await conn.execute(select(endpoints.c.name, endpoints.c.api_key_enc).where(
+                endpoints.c.api_key_enc.is_not(None)).order_by(endpoints.c.name).with_for_update())).all()
+            endpoint_keys = 0
+            for name, token in rows:
+                new = vault.rewrap(token, name, subject=f"the API key of endpoint {name!r}")
+                if new is not None:
+                    await conn.execute(endpoints.update().where(endpoints.c.name == name).values(api_key_enc=new))
+                    endpoint_keys += 1
+            signing_keys, signing_current = await rewrap_signing_keys(conn, vault)
+            report = RotationReport(endpoint_keys=endpoint_keys, signing_keys=signing_keys,
+                                    already_current=len(rows) - endpoint_keys + signing_current)
+            if dry_run:
+                await tx.rollback()
+    return report
 
 async def _check_exists(conn: AsyncConnection, table: Table, name: str, label: str, owner: str) -> None:
     found = (await conn.execute(select(table.c.name).where(table.c.name == name))).first()
@@ -214,7 +272,7 @@ async def load_registry(engine: AsyncEngine, vault: KeyVault) -> Registry:
                 name=r["name"], provider=r["provider"], kind=p["kind"],
                 base_url=(r["base_url"] or p["base_url"] or _DEFAULT_BASE_URLS[p["kind"]]).rstrip("/"),
                 upstream_model=r["upstream_model"],
-                api_key=vault.decrypt(r["api_key_enc"], r["name"]) if r["api_key_enc"] else None,
+                api_key=_stored_key(vault, r["api_key_enc"], r["name"]) if r["api_key_enc"] else None,
                 api_key_hint=r["api_key_hint"], key_version=r["key_version"],
                 quota_group=groups.get(r["quota_group"]) if r["quota_group"] else None,
                 max_concurrency=r["max_concurrency"], rpm=r["rpm"], tpm=r["tpm"], weight=r["weight"],
