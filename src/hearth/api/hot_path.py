@@ -5,18 +5,25 @@ middleware) cost about a third of the gateway's CPU per call in profiles. The Op
 none of it: they parse their own bodies and render their own errors. So this dispatcher calls the
 very same handler functions from :mod:`hearth.api.openai` directly and hands every other request
 (and lifespan) to FastAPI, which still owns those routes' OpenAPI documentation.
+
+A POST handler is watched for its client leaving (:class:`~hearth.api.client_watch.ClientWatch`):
+once the body is read, a disconnect cancels the handler at once, wherever it is — waiting for a
+slot, for a non-stream answer, or for a stream's first event — so the gateway closes the upstream
+request and releases the call's leases within moments, instead of finishing work nobody reads.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hearth.api import openai
+from hearth.api.client_watch import ClientWatch
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.observability.logging import get_logger
@@ -41,9 +48,29 @@ class HotPathApp:
             await self.api(scope, receive, send)
             return
         scope["app"] = self.api
+        watch: ClientWatch | None = None
+        owner = asyncio.current_task()
+        if scope["method"] == "POST" and owner is not None:
+            watch = ClientWatch(receive, owner.cancel)
+            receive = watch.receive
         request = Request(scope, receive)
         try:
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            finally:
+                if watch is not None:
+                    watch.on_disconnect(None)  # from here on, the response watches for itself
+        except asyncio.CancelledError:
+            if watch is None or not watch.left:
+                raise
+            assert owner is not None
+            owner.uncancel()  # the cancellation was ours: the client left, nothing is left to answer
+            watch.close()
+            log.debug("client_left_before_the_answer", path=scope["path"])
+            return
+        except ClientDisconnect:  # gone while sending its body: nobody to answer
+            log.debug("client_left_while_sending", path=scope["path"])
+            return
         except HearthError as exc:
             response = render_error(request, exc)
         except UpstreamHTTPError as exc:
@@ -51,4 +78,12 @@ class HotPathApp:
         except Exception as exc:
             log.error("unhandled_error", error=type(exc).__name__, path=scope["path"], exc_info=exc)
             response = render_error(request, HearthError("internal_error"))
-        await response(scope, receive, send)
+        if watch is None:
+            await response(scope, receive, send)
+            return
+        if watch.left and owner is not None and owner.cancelling():
+            owner.uncancel()  # the handler absorbed our cancellation and answered anyway (maybe a stream to close)
+        try:
+            await response(scope, receive, send)
+        finally:
+            watch.close()
