@@ -1,13 +1,17 @@
-"""Request-level plumbing shared by routers: the runtime, authentication, JSON body parsing."""
+"""Request-level plumbing shared by routers: the runtime, authentication, JSON body parsing.
+
+Body reading and parsing live in :mod:`hearth.api.request_body`; ``parse_json_object`` is re-exported here.
+"""
 
 from __future__ import annotations
 
 import hmac
 from typing import Any
 
-import orjson
 from fastapi import Request
 
+from hearth.api.request_body import parse_json_object as parse_json_object  # re-exported
+from hearth.api.request_body import read_limited
 from hearth.auth.internal import PendingNonce, bearer_token, check_signature, identify_caller
 from hearth.errors import HearthError
 from hearth.registry.snapshot import Caller
@@ -57,25 +61,9 @@ def require_admin(request: Request) -> None:
 
 
 async def read_body(request: Request) -> bytes:
-    limit = runtime(request).settings.max_request_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HearthError("request_too_large", details={"max_bytes": limit})
-    raw = await request.body()
-    if len(raw) > limit:
-        raise HearthError("request_too_large", details={"max_bytes": limit})
-    return raw
+    """The raw body, refused with 413 the moment it passes ``max_request_bytes`` (see :mod:`request_body`)."""
+    return await read_limited(request, runtime(request).settings.max_request_bytes)
 
 
 async def read_json_object(request: Request) -> dict[str, Any]:
     return parse_json_object(await read_body(request))
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise HearthError("invalid_json", f"The request body is not valid JSON: {exc.msg}.") from exc
-    if not isinstance(body, dict):
-        raise HearthError("invalid_json", "The request body must be a JSON object.")
-    return body
