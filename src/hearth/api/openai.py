@@ -13,11 +13,11 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from hearth.api.chat_validation import validate_chat, validate_embeddings
 from hearth.api.deps import (
     authenticate_caller,
     authenticated_body,
     client_ip,
-    parse_json_object,
     request_id,
     runtime,
 )
@@ -31,6 +31,7 @@ from hearth.api.openai_schemas import (
     ModelList,
     request_body,
 )
+from hearth.api.request_body import parse_json_object
 from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError
 from hearth.gateway.caller_admission import budget_headers
@@ -38,32 +39,6 @@ from hearth.gateway.context import CallContext
 from hearth.registry.snapshot import Caller
 
 router = APIRouter(prefix="/v1", tags=["openai"])
-
-_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-
-
-def _invalid(message: str, param: str) -> HearthError:
-    return HearthError("invalid_request", message, param=param)
-
-
-def validate_chat(body: dict[str, Any]) -> None:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _invalid("`messages` must be a non-empty array.", "messages")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
-            raise _invalid(f"messages[{i}] must be an object with a valid `role`.", f"messages[{i}].role")
-    for key in ("max_tokens", "max_completion_tokens"):
-        v = body.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise _invalid(f"`{key}` must be a positive integer.", key)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _invalid("`stream` must be a boolean.", "stream")
-    opts = body.get("stream_options")
-    if opts is not None and not stream:
-        raise _invalid("`stream_options` is only allowed when `stream` is true.", "stream_options")
-
 
 def _end_user(request: Request, body: dict[str, Any]) -> str | None:
     user = request.headers.get("x-hearth-user") or body.get("user")
@@ -108,9 +83,7 @@ def _call_headers(ctx: CallContext) -> dict[str, str]:
 async def embeddings(request: Request) -> Response:
     caller, raw, nonce = await authenticated_body(request)
     body = parse_json_object(raw)
-    inputs = body.get("input")
-    if not isinstance(inputs, str | list) or not inputs:
-        raise _invalid("`input` must be a non-empty string or array.", "input")
+    validate_embeddings(body)
     ctx = _context(request, caller, body, "embeddings", nonce)
     reply = await runtime(request).gateway.embed(ctx, body)
     return Response(reply.body, media_type="application/json", headers=_call_headers(ctx))
