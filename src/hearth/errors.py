@@ -38,6 +38,9 @@ CATALOG: dict[str, ErrorSpec] = {
     "timestamp_out_of_window": ErrorSpec(401, False, "authentication_error",
                                          "The request timestamp is outside the allowed window."),
     "nonce_replayed": ErrorSpec(401, False, "authentication_error", "The request nonce was already used."),
+    "nonce_store_reset": ErrorSpec(401, False, "authentication_error",
+                                   "The replay-protection store was reset after this request was signed; "
+                                   "sign it again with a fresh timestamp."),
     "budget_exhausted": ErrorSpec(429, False, "insufficient_quota", "A budget has no room for this call."),
     "model_not_found": ErrorSpec(404, False, "invalid_request_error", "The model does not exist."),
     "not_found": ErrorSpec(404, False, "invalid_request_error", "Not found."),

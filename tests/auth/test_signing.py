@@ -74,9 +74,10 @@ async def verify(
     key: str | bytes = KEY,
     now: float = T0,
     window_s: float = 300,
+    not_before: float | None = None,
 ) -> None:
     await verify_request(key=key, method=method, path_with_query=path, body=body, headers=headers,
-                         claim_nonce=store.claim, window_s=window_s, now=now)
+                         claim_nonce=store.claim, window_s=window_s, now=now, not_before=not_before)
 
 
 def make(
@@ -360,6 +361,7 @@ async def test_error_messages_never_contain_the_key_or_expected_signature() -> N
         (genuine, {"body": b"changed"}),
         (genuine, {"now": T0 + 10_000}),
         (dict(genuine, **{"X-Nonce": "x"}), {}),
+        (genuine, {"not_before": T0 + 1}),
     ]
     store = NonceStore(clock=lambda: T0)
     errors: list[SignatureError] = []

@@ -16,6 +16,7 @@ from hearth.auth.internal import PendingNonce, bearer_token, check_signature, id
 from hearth.errors import HearthError
 from hearth.registry.snapshot import Caller
 from hearth.runtime import Runtime
+from hearth.state.base import StateUnavailable
 
 
 def runtime(request: Request) -> Runtime:
@@ -28,10 +29,25 @@ def request_id(request: Request) -> str:
     return rid
 
 
-def authenticate_caller(request: Request) -> Caller:
-    """The calling application (key or shared token), without signature checks (for body-less GETs)."""
+async def authenticate_caller(request: Request) -> Caller:
+    """The calling application (key or shared token) on a route without a body or an admission (GETs).
+
+    A caller that must sign signs these too: the signature is verified over the empty body and its
+    nonce is claimed here, once (there is no admission step to claim it in). A refused request
+    consumes no nonce. The state backend being down fails closed (503), as at admission.
+    """
     rt = runtime(request)
-    return identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    pending = await check_signature(caller, request.scope, b"", rt.settings,
+                                    not_before=getattr(rt.state, "lost_at", None))
+    if pending is not None:
+        try:
+            fresh = await rt.state.claim_once(*pending)
+        except StateUnavailable as exc:
+            raise HearthError("state_backend_unavailable", retry_after=2) from exc
+        if not fresh:
+            raise HearthError("nonce_replayed", "This X-Nonce was already used.")
+    return caller
 
 
 async def authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNonce | None]:
@@ -39,7 +55,8 @@ async def authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNo
     rt = runtime(request)
     caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
     raw = await read_body(request)
-    pending = await check_signature(caller, request.scope, raw, rt.settings)
+    pending = await check_signature(caller, request.scope, raw, rt.settings,
+                                    not_before=getattr(rt.state, "lost_at", None))
     return caller, raw, pending
 
 

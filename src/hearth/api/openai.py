@@ -92,7 +92,7 @@ async def embeddings(request: Request) -> Response:
 @router.get("/models", summary="List the models this caller can use",
             responses={200: {"model": ModelList}, **ERROR_RESPONSES})
 async def list_models(request: Request) -> Response:
-    authenticate_caller(request)
+    await authenticate_caller(request)
     registry = runtime(request).gateway.registry
     data = [{"id": m.name, "object": "model", "created": registry.created_at, "owned_by": "hearth"}
             for m in sorted(registry.models.values(), key=lambda m: m.name) if m.enabled]
@@ -101,7 +101,7 @@ async def list_models(request: Request) -> Response:
 
 @router.get("/models/{model_id:path}", summary="Retrieve one model", responses=ERROR_RESPONSES)
 async def get_model(model_id: str, request: Request) -> Response:
-    authenticate_caller(request)
+    await authenticate_caller(request)
     registry = runtime(request).gateway.registry
     m = registry.models.get(model_id)
     if m is None or not m.enabled:

@@ -10,6 +10,10 @@ Three ways in, checked in this order:
 Then, if the caller must sign (``require_signature`` on the caller, or ``HEARTH_REQUIRE_SIGNATURES``
 for everyone), the request must carry a valid ``X-Timestamp``/``X-Nonce``/``X-Signature`` made
 with the caller's signing key (else the global ``HEARTH_SIGNATURE_KEY``); a nonce is accepted once.
+That holds for body-less GET routes too (:func:`hearth.api.deps.authenticate_caller`). A caller
+whose stored signing key cannot be decrypted never gets here as "a caller without a key": loading
+the registry fails instead (:func:`hearth.auth.callers.decrypt_signing_key`), so nobody is switched
+to the global key.
 """
 
 from __future__ import annotations
@@ -63,14 +67,20 @@ _SIGNING_HEADERS = frozenset({b"x-timestamp", b"x-nonce", b"x-signature"})
 PendingNonce = tuple[str, float]  # (state key, TTL): claimed atomically with the call's admission
 
 
-async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes,
-                          settings: Settings) -> PendingNonce | None:
+async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes, settings: Settings, *,
+                          not_before: float | None = None) -> PendingNonce | None:
     """Verify the signature if this caller must sign; return the nonce still to be claimed.
 
     The nonce is not claimed here: the gateway claims it inside the same atomic state-backend step
-    that admits the call (one round trip fewer per signed request). A replay then fails at admission
-    with ``nonce_replayed``; a request refused before admission consumed nothing, and its replay is
+    that admits the call (one round trip fewer per signed request), and routes without admission
+    claim it themselves (:func:`hearth.api.deps.authenticate_caller`). A replay then fails with
+    ``nonce_replayed``; a request refused before the claim consumed nothing, and its replay is
     refused the same way.
+
+    ``not_before`` (unix seconds) is when the state backend last lost its nonces (None: never, as far
+    as this process knows). A request whose ``X-Timestamp`` is older is refused with
+    ``nonce_store_reset`` - checked after the signature is verified and before any nonce is claimed,
+    so a forged request still consumes nothing and a captured one cannot be replayed after a loss.
     """
     if not (caller.require_signature or settings.require_signatures):
         return None
@@ -93,7 +103,8 @@ async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes,
         else Headers(raw=raw))
     try:
         await verify_request(key=key, method=scope["method"], path_with_query=raw_path_with_query(scope), body=body,
-                             headers=signing, claim_nonce=defer, window_s=settings.signature_window_s)
+                             headers=signing, claim_nonce=defer, window_s=settings.signature_window_s,
+                             not_before=not_before)
     except SignatureError as exc:
         raise HearthError(exc.code, exc.message, details=exc.details) from exc
     return pending[0] if pending else None

@@ -18,8 +18,9 @@ The canonical string is encoded as UTF-8 before it is MACed; in every valid requ
 
 Both sides live here: :func:`signed_headers` is the caller-side helper our users import, and
 :func:`verify_request` is what Hearth runs on an incoming request. Verification order is part of the
-contract: header syntax, then the timestamp window, then the signature, and only then the nonce claim,
-so a forged or stale request can never burn a genuine caller's nonce.
+contract: header syntax, then the timestamp window, then the signature, then (when the nonce store lost
+its data) the ``not_before`` bound, and only then the nonce claim, so a forged or stale request can never
+burn a genuine caller's nonce.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "HEADER_NONCE",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
+    "NONCE_STORE_RESET_MESSAGE",
     "SIGNATURE_ERROR_CODES",
     "SignatureError",
     "SignatureErrorCode",
@@ -55,13 +57,17 @@ HEADER_NONCE = "X-Nonce"
 HEADER_SIGNATURE = "X-Signature"
 DEFAULT_WINDOW_S = 300.0
 
-SignatureErrorCode = Literal["signature_required", "timestamp_out_of_window", "signature_invalid", "nonce_replayed"]
+SignatureErrorCode = Literal["signature_required", "timestamp_out_of_window", "signature_invalid", "nonce_replayed",
+                             "nonce_store_reset"]
 SIGNATURE_ERROR_CODES: tuple[SignatureErrorCode, ...] = (
     "signature_required",
     "timestamp_out_of_window",
     "signature_invalid",
     "nonce_replayed",
+    "nonce_store_reset",
 )
+NONCE_STORE_RESET_MESSAGE = ("The replay-protection store was reset after this request was signed; "
+                             "sign it again with a fresh timestamp.")
 
 # Character classes are spelled out (not \d / \w) so that no Unicode digit or letter can slip through.
 _TIMESTAMP_RE = re.compile(r"[0-9]{1,15}")  # 15 digits is ~31 million years; bounds int() work
@@ -87,7 +93,9 @@ class SignatureError(Exception):
     * ``signature_required`` - a signing header is missing, repeated or malformed;
     * ``timestamp_out_of_window`` - ``|now - X-Timestamp|`` exceeds the skew window;
     * ``signature_invalid`` - the signature does not match the request as Hearth received it;
-    * ``nonce_replayed`` - the nonce was already used with this key within its retention time.
+    * ``nonce_replayed`` - the nonce was already used with this key within its retention time;
+    * ``nonce_store_reset`` - the request was signed (``X-Timestamp``) before the nonce store last lost
+      its data, so whether its nonce was already used cannot be known any more.
 
     ``message`` is for humans and ``details`` for the error envelope; neither ever contains the key
     or the expected signature (that would turn errors into a signing oracle). ``details`` only echoes
@@ -260,6 +268,7 @@ async def verify_request(
     claim_nonce: Callable[[str, float], Awaitable[bool]],
     window_s: float = DEFAULT_WINDOW_S,
     now: float | None = None,
+    not_before: float | None = None,
 ) -> None:
     """Verify a signed request; return None if it is genuine and fresh, else raise :class:`SignatureError`.
 
@@ -270,8 +279,12 @@ async def verify_request(
     HMAC via :func:`hmac.compare_digest` (``signature_invalid``); finally the nonce is claimed with
     ``claim_nonce(f"nonce:{sha256_hex(key)[:16]}:{nonce}", 2 * window_s)`` and a ``False`` answer
     means ``nonce_replayed``. Keeping the nonce for twice the window outlasts every timestamp that
-    could still pass the window check. Exceptions from ``claim_nonce`` (state backend down)
-    propagate unchanged: the request must fail closed and the caller maps that to its own error.
+    could still pass the window check. Just before the claim, a request whose ``X-Timestamp`` is older
+    than ``not_before`` (unix seconds: when the nonce store last lost its data, None if never) is
+    refused with ``nonce_store_reset``: its nonce may have been used before the loss, so it cannot be
+    accepted once with certainty; a timestamp equal to or after ``not_before`` passes. Exceptions from
+    ``claim_nonce`` (state backend down) propagate unchanged: the request must fail closed and the
+    caller maps that to its own error.
     ``ValueError`` signals a server misconfiguration (empty key, non-positive window).
     """
     key_raw = _key_bytes(key)
@@ -311,6 +324,11 @@ async def verify_request(
                 "nonce": nonce,
             },
         )
+
+    # Spelled "not >=" so that a NaN bound refuses (fails closed) instead of letting everything through.
+    if not_before is not None and not int(timestamp) >= not_before:
+        raise SignatureError("nonce_store_reset", NONCE_STORE_RESET_MESSAGE,
+                             {"timestamp": timestamp, "not_before": not_before})
 
     if not await claim_nonce(_nonce_key(key_raw, nonce), 2 * window_s):
         raise SignatureError("nonce_replayed", "X-Nonce was already used; use a fresh nonce for every request",
