@@ -47,6 +47,13 @@ class HearthProcess:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown code runs (nothing flushed, no lease released)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self._log.close()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()

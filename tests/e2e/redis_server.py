@@ -1,0 +1,143 @@
+"""A private ``redis-server`` for fault tests: its own port and directory, no persistence.
+
+Fault tests restart, freeze and kill Redis, so they must never use the machine's shared Redis
+(6379): :class:`RedisServer` starts ``redis-server`` on a free port with ``--save "" --appendonly
+no`` in a temporary directory. :meth:`restart_empty` kills it (SIGKILL, like a crash) and starts a
+new, empty one on the same port; :meth:`freeze` / :meth:`thaw` send SIGSTOP / SIGCONT; :meth:`stop`
+always ends it (thawing first). Use it as a context manager so it is stopped on every exit path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import pytest
+
+from hearth.testing.server_thread import free_port
+
+REDIS_SERVER = shutil.which("redis-server")
+
+
+class RedisServer:
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        if REDIS_SERVER is None:
+            pytest.skip("redis-server is not installed")
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.frozen = False
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "redis.log"
+
+    def start(self, timeout: float = 10.0) -> float:
+        """Start an empty server on :attr:`port`; returns the monotonic time it answered PING."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError("redis-server is already running")
+        assert REDIS_SERVER is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            self.starts += 1
+            self.proc = subprocess.Popen(
+                [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(self.directory), "--dbfilename", "never-written.rdb", "--daemonize", "no",
+                 "--logfile", str(self.log_path), "--databases", "1", "--maxclients", "10000"],
+                cwd=self.directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break  # e.g. the port is still held by the previous instance: try again
+                if self.ping():
+                    return time.monotonic()
+                time.sleep(0.01)
+            if time.monotonic() >= deadline:
+                self._kill()
+                raise TimeoutError(f"redis-server did not start on {self.port}: {self._log_tail()}")
+            time.sleep(0.05)
+
+    def ping(self, timeout: float = 0.5) -> bool:
+        """True if the server answers PING (a frozen server does not)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def dbsize(self) -> int:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+            sock.sendall(b"DBSIZE\r\n")
+            reply = sock.recv(64)
+        assert reply.startswith(b":"), reply
+        return int(reply[1:].strip())
+
+    def restart_empty(self) -> float:
+        """Crash the server (SIGKILL) and start a new, empty one on the same port.
+
+        Returns the monotonic time the new server answered PING: when the fault ended.
+        """
+        self._kill()
+        ready = self.start()
+        assert self.dbsize() == 0
+        return ready
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections stay open, nothing is answered (commands queue in the socket)."""
+        assert self.proc is not None and self.proc.poll() is None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.frozen = True
+
+    def thaw(self) -> float:
+        """SIGCONT; returns the monotonic time the server answered PING again."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.frozen = False
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if self.ping():
+                return time.monotonic()
+            time.sleep(0.005)
+        raise TimeoutError("redis-server did not answer after SIGCONT")
+
+    def stop(self) -> None:
+        self._kill()
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if self.frozen:
+                os.kill(proc.pid, signal.SIGCONT)
+                self.frozen = False
+            proc.kill()
+        proc.wait(10)
+        self.proc = None
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
