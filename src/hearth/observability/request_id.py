@@ -1,4 +1,10 @@
-"""ASGI middleware: accept a sane ``X-Request-Id`` or make one, echo it, bind it to every log line."""
+"""ASGI middleware: accept a sane ``X-Request-Id`` or make one, echo it, bind it to every log line.
+
+A caller's id is kept only if it fits the ``request_logs.request_id`` column (at most 64 characters
+of ``A-Z a-z 0-9 . _ : -``); any other value — too long, empty, other characters — is replaced by a
+fresh id (never stored cut, which would make it a different caller's id), so the request is logged
+like any other and cannot cost the other rows of its batch.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hearth.ids import new_id
 from hearth.observability.logging import request_id_var
 
-_VALID = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+MAX_REQUEST_ID = 64  # the length of request_logs.request_id (a test checks they agree)
+_VALID = re.compile(rb"[A-Za-z0-9._:\-]{1,%d}" % MAX_REQUEST_ID)
 
 
 def new_request_id() -> str:
@@ -28,7 +35,7 @@ class RequestIdMiddleware:
         rid: str | None = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
-                if _VALID.match(value):
+                if _VALID.fullmatch(value):
                     rid = value.decode()
                 break
         if rid is None:

@@ -1,28 +1,39 @@
 """Request logs: one record per gateway call, persisted by a bounded asynchronous batch writer.
 
-The hot path only appends to an in-memory queue (no database write per request). A background
+The hot path only bounds the record's fields (:func:`bound_record`, about a microsecond for a usual
+record) and appends it to an in-memory queue (no database write per request). A background
 task flushes batches every ``flush_s`` or when ``batch`` records are waiting. When the queue is full
-the record is dropped and counted (``dropped``), so overload degrades logging, never latency.
-This module owns the ``request_logs`` table.
+the oldest record is dropped and counted (``dropped``), so overload degrades logging, never latency.
+
+Batches go through :func:`hearth.store.batch_insert.insert_isolating`: a row the database refuses
+despite the bounding (a constraint, a value of the wrong type) is found by bisection and recorded in
+``dead_rows`` (``dead``) while every other caller's row is written; when the database is unavailable
+the rows stay queued (oldest dropped first if the queue overflows) and are retried with a backoff of
+``flush_s`` doubling up to 5 s. This module owns the ``request_logs`` table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import BigInteger, Float, Integer, String, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
+from hearth.store.batch_insert import insert_isolating
 from hearth.store.db import stop_writer_task
 from hearth.store.tables import request_logs
 
 log = get_logger("hearth.request_log")
+
+_MAX_BACKOFF_S = 5.0
 
 
 @dataclass(slots=True)
@@ -57,6 +68,86 @@ class RequestLogRecord:
 _FIELDS = tuple(f.name for f in fields(RequestLogRecord))
 
 
+def _column_bounds() -> tuple[list[tuple[str, int]], list[tuple[str, int, int]], list[tuple[str, float | None]]]:
+    """(string field, length), (integer field, min, max), (float field, value for NaN) — from ``request_logs``."""
+    strings, ints, floats = [], [], []
+    for name in _FIELDS:
+        column = request_logs.c[name]
+        kind = column.type
+        if isinstance(kind, String) and kind.length is not None:
+            strings.append((name, kind.length))
+        elif isinstance(kind, BigInteger):
+            ints.append((name, -(2**63), 2**63 - 1))
+        elif isinstance(kind, Integer):
+            ints.append((name, -(2**31), 2**31 - 1))
+        elif isinstance(kind, Float):
+            floats.append((name, None if column.nullable else 0.0))
+    return strings, ints, floats
+
+
+_FLOAT_MAX = sys.float_info.max
+_MAX_ATTEMPTED_MODELS = 32
+
+
+def _fit_text(value: str, length: int) -> str:
+    if not value.isascii():  # a lone surrogate (JSON allows "\\ud800") cannot be encoded: PostgreSQL refuses it
+        value = value.encode("utf-8", "replace").decode("utf-8")
+    if "\x00" in value:  # nor can PostgreSQL text hold NUL
+        value = value.replace("\x00", "\ufffd")
+    return value[:length]
+
+
+def _finite(value: float, nan: float | None) -> float | None:
+    return nan if value != value else _FLOAT_MAX if value > 0 else -_FLOAT_MAX
+
+
+def _compile_bounds() -> Callable[[RequestLogRecord], None]:
+    """The field checks of :func:`bound_record`, unrolled from the table definition at import.
+
+    One attribute load and a comparison or two per field: 1.0 µs per record against 2.0 µs for
+    the same checks in a loop over (name, limit) pairs (timeit, CPython 3.11).
+    """
+    strings, ints, floats = _column_bounds()
+    lines = ["def bound(r):"]
+    for name, length in strings:
+        lines += [f"    v = r.{name}",
+                  f"    if v is not None and (len(v) > {length} or not v.isascii() or '\\x00' in v):",
+                  f"        r.{name} = fit_text(v, {length})"]
+    for name, low, high in ints:
+        lines += [f"    v = r.{name}",
+                  f"    if v is not None and not {low} <= v <= {high}:",
+                  f"        r.{name} = {high} if v > {high} else {low}"]
+    for name, nan in floats:
+        lines += [f"    v = r.{name}",
+                  f"    if v is not None and not {-_FLOAT_MAX!r} <= v <= {_FLOAT_MAX!r}:",  # NaN fails both
+                  f"        r.{name} = finite(v, {nan!r})"]
+    namespace: dict[str, Any] = {"fit_text": _fit_text, "finite": _finite}
+    exec(compile("\n".join(lines), "<request_log bounds>", "exec"), namespace)
+    bound: Callable[[RequestLogRecord], None] = namespace["bound"]
+    return bound
+
+
+_bound_fields = _compile_bounds()
+
+
+def bound_record(record: RequestLogRecord) -> RequestLogRecord:
+    """Make every field fit its column, in place: strings cut to the column's length (and made valid
+    text: no NUL, no lone surrogate), integers clamped to int32/int64, floats made finite (NaN → NULL,
+    or 0.0 where the column is NOT NULL; ±inf → ±max), at most 32 attempted models.
+
+    Nullability and types are left alone (a mistyped field is the database's to refuse: the row is
+    then dead-lettered, the others written). Cheap on purpose: it runs once per request.
+    """
+    try:
+        _bound_fields(record)
+    except TypeError:  # a value of the wrong type: left for the database to refuse (see above)
+        pass
+    models = record.attempted_models
+    if models is not None and len(models) > _MAX_ATTEMPTED_MODELS:
+        record.attempted_models = models[:_MAX_ATTEMPTED_MODELS]
+    return record
+
+
 def _row(record: RequestLogRecord) -> dict[str, Any]:
     # A shallow copy: dataclasses.asdict() deep-copies every value and was a hot spot.
     return {name: getattr(record, name) for name in _FIELDS}
@@ -70,18 +161,23 @@ class RequestLogWriter:
         self._batch = batch
         self._flush_s = flush_s
         self._wake = asyncio.Event()
-        self._stopping = False
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.written = 0
         self.dropped = 0
-        self.failed_batches = 0
+        self.dead = 0  # refused by the database, recorded in dead_rows
+        self.lost = 0  # refused, and could not be recorded in dead_rows either (logged)
+        self.failed_batches = 0  # write attempts that found the database unavailable (rows kept)
+        self.last_error: str | None = None
 
     def submit(self, record: RequestLogRecord) -> None:
-        if len(self._queue) >= self._max_queue:
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            queue.popleft()
             self.dropped += 1
-            return
-        self._queue.append(record)
-        if len(self._queue) >= self._batch:
+        queue.append(bound_record(record))
+        if len(queue) >= self._batch:
             self._wake.set()
 
     @property
@@ -92,37 +188,56 @@ class RequestLogWriter:
         self._task = asyncio.create_task(self._run(), name="request-log-writer")
 
     async def _run(self) -> None:
-        while not self._stopping:
+        backoff = 0.0
+        while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._flush_s)
+                if backoff:  # the database was unavailable: wait, whatever arrives meanwhile
+                    await asyncio.wait_for(self._stop.wait(), backoff)
+                else:
+                    await asyncio.wait_for(self._wake.wait(), self._flush_s)
             self._wake.clear()
-            await self.flush()
+            if await self.flush():
+                backoff = 0.0
+            else:
+                backoff = min(max(2 * backoff, self._flush_s), _MAX_BACKOFF_S)
 
-    async def flush(self) -> None:
-        while self._queue:
-            n = min(len(self._queue), self._batch)
-            rows = [_row(self._queue.popleft()) for _ in range(n)]
-            try:
-                async with self._engine.begin() as conn:
-                    await conn.execute(request_logs.insert(), rows)
-                self.written += n
-            except Exception as exc:  # the database may be briefly unavailable; count and go on
-                self.failed_batches += 1
-                self.dropped += n
-                log.error("request_log_batch_failed", rows=n, error=type(exc).__name__)
-                return
+    async def flush(self) -> bool:
+        """Write what is queued; False if the database was unavailable (the unwritten rows stay queued)."""
+        async with self._lock:
+            queue = self._queue
+            while queue:
+                batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+                rows = [_row(record) for record in batch]
+                outcome = await insert_isolating(self._engine, request_logs, rows, writer="request_log",
+                                                 row_key="request_id")
+                self.written += outcome.written
+                self.dead += outcome.dead
+                self.lost += outcome.lost
+                if outcome.error is not None:
+                    self.last_error = outcome.error
+                if outcome.retry:
+                    self.failed_batches += 1
+                    position = {id(row): i for i, row in enumerate(rows)}
+                    queue.extendleft(reversed([batch[position[id(row)]] for row in outcome.retry]))
+                    overflow = len(queue) - self._max_queue
+                    for _ in range(overflow):  # the oldest go first, as in submit()
+                        queue.popleft()
+                    self.dropped += max(overflow, 0)
+                    return False
+            return True
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._stopping = True
+            self._stop.set()
             self._wake.set()
             await stop_writer_task(self._task)
             self._task = None
-        await self.flush()
+        if not await self.flush():
+            log.error("request_log_rows_not_written", rows=len(self._queue), error=self.last_error)
 
-    def stats(self) -> dict[str, int]:
-        return {"written": self.written, "dropped": self.dropped, "pending": len(self._queue),
-                "failed_batches": self.failed_batches}
+    def stats(self) -> dict[str, int | str | None]:
+        return {"written": self.written, "dropped": self.dropped, "dead": self.dead, "lost": self.lost,
+                "pending": len(self._queue), "failed_batches": self.failed_batches, "last_error": self.last_error}
 
 
 _FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id", "route", "end_user", "tenant",
