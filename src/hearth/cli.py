@@ -229,6 +229,68 @@ def keys_revoke(name: str) -> None:
     typer.echo(f"revoked caller `{name}`: its key no longer authenticates")
 
 
+@app.command(name="rotate-master-key")
+def rotate_master_key_command(
+    new_key_file: Annotated[Path | None, typer.Option(
+        help="file holding the new master key (32 bytes as hex or base64); else HEARTH_NEW_MASTER_KEY")] = None,
+    dry_run: Annotated[bool, typer.Option(help="check that every value can be re-encrypted; write nothing")] = False,
+) -> None:
+    """Re-encrypt every endpoint API key and caller signing key under a new master key, in one transaction.
+
+    The current key is the configured one (HEARTH_MASTER_KEY, else the key file). Values already under
+    the new key are left alone, so the command can be run again to finish an interrupted rollout. If
+    any value opens under neither key, nothing is changed. See docs/operations.md, "Rotating the master key".
+    """
+    from hearth.registry.key_vault import KeyVault, KeyVaultError, parse_master_key
+    from hearth.registry.store import RotationReport, rotate_master_key
+
+    settings = load_settings()
+
+    def _fail(message: str) -> typer.Exit:
+        typer.echo(f"error: {message}", err=True)
+        return typer.Exit(2)
+
+    try:
+        if settings.master_key:
+            current = parse_master_key(settings.master_key)
+        elif settings.master_key_file.exists():
+            current = parse_master_key(settings.master_key_file.read_text())
+        else:
+            raise _fail("no current master key: set HEARTH_MASTER_KEY (or HEARTH_MASTER_KEY_FILE) to the key "
+                        "the values are stored under")
+        if new_key_file is not None:
+            try:
+                new_text = new_key_file.read_text()
+            except OSError as exc:
+                raise _fail(f"cannot read the new key file {new_key_file}: {exc.strerror}") from exc
+        else:
+            new_text = os.environ.get("HEARTH_NEW_MASTER_KEY", "")
+            if not new_text:
+                raise _fail("give the new master key with --new-key-file PATH or HEARTH_NEW_MASTER_KEY")
+        try:
+            new = parse_master_key(new_text)
+        except KeyVaultError as exc:
+            raise _fail("the new master key must be 32 bytes encoded as hex or base64") from exc
+    except KeyVaultError as exc:
+        raise _fail(f"the current master key: {exc}") from exc
+    if new == current:
+        raise _fail("the new master key is the current one")
+    vault = KeyVault(new, previous_keys=(current,))
+
+    async def _rotate(engine: AsyncEngine) -> RotationReport:
+        return await rotate_master_key(engine, vault, dry_run=dry_run)
+
+    try:
+        report = _on_database(_rotate)
+    except KeyVaultError as exc:
+        raise _fail(f"{exc} Nothing was changed.") from exc
+    done = "would re-encrypt" if dry_run else "re-encrypted"
+    typer.echo(f"{done} {report.endpoint_keys} endpoint API key(s) and {report.signing_keys} caller signing "
+               f"key(s); {report.already_current} already under the new master key")
+    if not dry_run:
+        typer.echo("Now restart every Hearth process with the new key as HEARTH_MASTER_KEY (or in its key file).")
+
+
 @app.command(name="fake-upstream")
 def fake_upstream(
     host: str = "127.0.0.1",
