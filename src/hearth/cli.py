@@ -52,10 +52,19 @@ def serve(
         _migrate_database(settings)
         uvicorn.run("hearth.app:create_asgi", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_config=None, access_log=settings.access_log,
-                    loop="auto", http="auto")
+                    loop="auto", **_http_options())
         return
     uvicorn.run(create_asgi(settings), host=settings.host, port=settings.port, log_config=None,
-                access_log=settings.access_log, loop="auto", http="auto", timeout_graceful_shutdown=5)
+                access_log=settings.access_log, loop="auto", timeout_graceful_shutdown=5, **_http_options())
+
+
+def _http_options() -> dict[str, Any]:
+    """uvicorn's HTTP protocol with a bounded request head (docs/operations.md, "Request limits")."""
+    try:
+        from hearth.api.http_protocol import uvicorn_http_options
+    except ImportError:  # no httptools: uvicorn's h11 protocol, whose incomplete-head bound is set the same
+        return {"http": "h11", "h11_max_incomplete_event_size": 64 * 1024}
+    return uvicorn_http_options()
 
 
 def _migrate_database(settings: Settings) -> None:
