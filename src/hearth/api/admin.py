@@ -49,11 +49,16 @@ def _kind(kind: str) -> tuple[str, str, type[Any]]:
     return _KINDS[kind]
 
 
-@router.get("/stats", summary="Process counters: request-log writer, registry version")
+@router.get("/stats", summary="Process counters: batch writers (backlog, failures, dead rows), registry version")
 async def stats(request: Request) -> Response:
     rt = runtime(request)
-    return ok(request, {"request_log_writer": rt.log_writer.stats(), "registry_version": rt.gateway.registry.version,
-                        "state_backend": rt.state.name, "uptime_s": round(time.time() - rt.started_at, 1)})
+    data: dict[str, Any] = {"request_log_writer": rt.log_writer.stats()}
+    ledger_stats = getattr(rt.ledger, "stats", None)
+    if callable(ledger_stats):
+        data["budget_ledger"] = ledger_stats()
+    data.update(registry_version=rt.gateway.registry.version, state_backend=rt.state.name,
+                uptime_s=round(time.time() - rt.started_at, 1))
+    return ok(request, data)
 
 
 @router.get("/{kind}", summary="List registry entries of one kind")
