@@ -182,15 +182,22 @@ async def test_scenes_and_budgets_are_generic_admin_kinds(fake, hearth_server, h
     assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["loc"] == ["limit"]
 
 
-async def test_names_with_slashes_and_colons_work_on_every_route(fake, hearth_server, http):
+async def test_names_with_dots_and_colons_work_on_every_route_and_slashes_are_refused(fake, hearth_server, http):
     server = hearth_server(_registry(fake))
     base = server.base_url + CALLERS
-    created = await http.post(base, headers=ADMIN, json={"name": "team/app:v2"})
+    created = await http.post(base, headers=ADMIN, json={"name": "team.app:v2"})
     assert created.status_code == 201
-    assert (await http.get(base + "/team/app:v2", headers=ADMIN)).json()["data"]["name"] == "team/app:v2"
-    r = await http.put(base + "/team/app:v2", headers=ADMIN, json={"allowed_models": ["m"]})
-    assert r.json()["data"]["updated"] == ["caller:team/app:v2"]
-    key = (await http.post(base + "/team/app:v2/rotate", headers=ADMIN)).json()["data"]["key"]
+    assert (await http.get(base + "/team.app:v2", headers=ADMIN)).json()["data"]["name"] == "team.app:v2"
+    r = await http.put(base + "/team.app:v2", headers=ADMIN, json={"allowed_models": ["m"]})
+    assert r.json()["data"]["updated"] == ["caller:team.app:v2"]
+    key = (await http.post(base + "/team.app:v2/rotate", headers=ADMIN)).json()["data"]["key"]
     assert (await http.get(server.base_url + "/v1/models", headers=_bearer(key))).status_code == 200
-    assert (await http.post(base + "/team/app:v2/revoke", headers=ADMIN)).status_code == 200
+    assert (await http.post(base + "/team.app:v2/revoke", headers=ADMIN)).status_code == 200
     assert (await http.get(server.base_url + "/v1/models", headers=_bearer(key))).status_code == 401
+    # registry names carry no '/' (docs/operations.md, "Request limits"): refused in bodies and in paths
+    r = await http.post(base, headers=ADMIN, json={"name": "team/app"})
+    assert r.status_code == 400 and r.json()["error"]["details"]["errors"][0]["loc"] == ["name"]
+    for method, path in (("GET", "/team/app"), ("PUT", "/team/app"), ("POST", "/team/app/rotate"),
+                         ("POST", "/team/app/revoke")):
+        r = await http.request(method, base + path, headers=ADMIN, json={} if method == "PUT" else None)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", (method, path, r.text)

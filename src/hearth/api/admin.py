@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
+from hearth.api.path_names import register_any_name
 from hearth.errors import HearthError
 from hearth.gateway.admission import scopes_for
 from hearth.registry.config import (
@@ -27,9 +28,11 @@ from hearth.registry.config import (
     RegistrySpec,
     SceneSpec,
 )
+from hearth.registry.names import check_name
 from hearth.registry.store import apply_registry, list_rows, set_endpoint_enabled
 from hearth.state.base import StateUnavailable
 
+register_any_name()  # {name:anyname}: a bad name is a 400, not a 404
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
 
 _KINDS: dict[str, tuple[str, str, type[Any]]] = {
@@ -67,9 +70,10 @@ async def list_entries(kind: str, request: Request) -> Response:
     return ok(request, await list_rows(runtime(request).engine, table))
 
 
-@router.put("/{kind}/{name:path}", summary="Create or update one registry entry (idempotent)")
+@router.put("/{kind}/{name:anyname}", summary="Create or update one registry entry (idempotent)")
 async def upsert_entry(kind: str, name: str, request: Request) -> Response:
     table, key_field, spec_cls = _kind(kind)
+    check_name(name, key_field, external=kind == "prices")  # a price key may be an upstream model name
     body = await read_json_object(request)
     body[key_field] = name
     try:
@@ -77,7 +81,9 @@ async def upsert_entry(kind: str, name: str, request: Request) -> Response:
         registry_spec = RegistrySpec(**{table: [spec]})
     except ValidationError as exc:
         problems = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
-        raise HearthError("invalid_request", "The entry is invalid.", details={"errors": problems}) from exc
+        param = ".".join(map(str, problems[0]["loc"])) if problems else None
+        raise HearthError("invalid_request", "The entry is invalid.", details={"errors": problems},
+                          param=param) from exc
     rt = runtime(request)
     report = await apply_registry(rt.engine, registry_spec, rt.vault)
     if report.changed:
@@ -86,6 +92,7 @@ async def upsert_entry(kind: str, name: str, request: Request) -> Response:
 
 
 async def _toggle(request: Request, name: str, enabled: bool) -> Response:
+    check_name(name)
     rt = runtime(request)
     reason = None if enabled else "disabled by admin"
     if not await set_endpoint_enabled(rt.engine, name, enabled, reason):
@@ -99,18 +106,19 @@ async def _toggle(request: Request, name: str, enabled: bool) -> Response:
     return ok(request, {"name": name, "enabled": enabled})
 
 
-@router.post("/endpoints/{name}/enable", summary="Enable an endpoint (clears a credential cooldown)")
+@router.post("/endpoints/{name:anyname}/enable", summary="Enable an endpoint (clears a credential cooldown)")
 async def enable_endpoint(name: str, request: Request) -> Response:
     return await _toggle(request, name, True)
 
 
-@router.post("/endpoints/{name}/disable", summary="Disable an endpoint")
+@router.post("/endpoints/{name:anyname}/disable", summary="Disable an endpoint")
 async def disable_endpoint(name: str, request: Request) -> Response:
     return await _toggle(request, name, False)
 
 
-@router.get("/endpoints/{name}/status", summary="Live state of an endpoint: leases, windows, health")
+@router.get("/endpoints/{name:anyname}/status", summary="Live state of an endpoint: leases, windows, health")
 async def endpoint_status(name: str, request: Request) -> Response:
+    check_name(name)
     rt = runtime(request)
     ep = rt.gateway.registry.endpoints.get(name)
     if ep is None:

@@ -5,6 +5,10 @@ the key prefix only. The work is done by :mod:`hearth.auth.caller_admin` (shared
 after a change this process reloads its registry snapshot, so a new key works and an old one fails
 here at once, and in other processes within ``HEARTH_REGISTRY_REFRESH_S``.
 
+A name in a path follows :mod:`hearth.registry.names` (no ``/``), else 400 ``invalid_request``; the
+routes match any name (``{name:anyname}``, :mod:`hearth.api.path_names`), so that ``/callers/a/b`` or
+``/callers/a%0Ab`` is that 400 rather than a confusing 404.
+
 This router must be included before :mod:`hearth.api.admin`, whose generic ``/{kind}`` routes
 would otherwise claim ``/callers``.
 """
@@ -16,8 +20,11 @@ from starlette.responses import Response
 
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
+from hearth.api.path_names import register_any_name
 from hearth.auth import caller_admin
+from hearth.registry.names import check_name
 
+register_any_name()
 router = APIRouter(prefix="/api/v1/admin/callers", tags=["admin", "callers"], dependencies=[Depends(require_admin)])
 
 
@@ -35,13 +42,15 @@ async def list_callers(request: Request) -> Response:
     return ok(request, await caller_admin.list_all(runtime(request).engine))
 
 
-@router.get("/{name:path}", summary="Show one caller (key prefix only)")
+@router.get("/{name:anyname}", summary="Show one caller (key prefix only)")
 async def get_caller(name: str, request: Request) -> Response:
+    check_name(name)
     return ok(request, await caller_admin.get(runtime(request).engine, name))
 
 
-@router.put("/{name:path}", summary="Declare a caller's policy (idempotent; never changes the key)")
+@router.put("/{name:anyname}", summary="Declare a caller's policy (idempotent; never changes the key)")
 async def update_caller(name: str, request: Request) -> Response:
+    check_name(name)
     spec = caller_admin.parse_policy(await read_json_object(request), name)
     rt = runtime(request)
     report = await caller_admin.update_policy(rt.engine, spec, rt.vault)
@@ -50,16 +59,18 @@ async def update_caller(name: str, request: Request) -> Response:
     return ok(request, report.as_dict())
 
 
-@router.post("/{name:path}/rotate", summary="Issue a new key; the old one stops working")
+@router.post("/{name:anyname}/rotate", summary="Issue a new key; the old one stops working")
 async def rotate_key(name: str, request: Request) -> Response:
+    check_name(name)
     rt = runtime(request)
     issued = await caller_admin.rotate(rt.engine, name)
     await rt.reload_registry()
     return ok(request, issued.as_dict())
 
 
-@router.post("/{name:path}/revoke", summary="Revoke a caller's key (rotate issues a new one)")
+@router.post("/{name:anyname}/revoke", summary="Revoke a caller's key (rotate issues a new one)")
 async def revoke_key(name: str, request: Request) -> Response:
+    check_name(name)
     rt = runtime(request)
     caller = await caller_admin.revoke(rt.engine, name)
     await rt.reload_registry()

@@ -2,6 +2,7 @@
 quota groups, endpoints, public models, prices and callers.
 
 Validation happens here, before anything touches the database, so a bad file is refused whole.
+Names (and references to names) follow one rule, :mod:`hearth.registry.names`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hearth.registry.names import ExternalName, RegistryName
+
 ProviderKind = Literal["openai", "anthropic", "simulated"]
 Capability = Literal["chat", "streaming", "tools", "json", "vision", "embeddings"]
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
+_SUBJECT = r"^[^\x00-\x1f\x7f]{1,256}$"  # a tenant or end-user id (from a header), or "*"
 
 
 class _Strict(BaseModel):
@@ -20,7 +23,7 @@ class _Strict(BaseModel):
 
 
 class ProviderSpec(_Strict):
-    name: str = Field(pattern=_NAME)
+    name: RegistryName
     kind: ProviderKind
     base_url: str | None = None
     enabled: bool = True
@@ -29,7 +32,7 @@ class ProviderSpec(_Strict):
 class QuotaGroupSpec(_Strict):
     """Limits of a provider account shared by several endpoints' keys (0 = unlimited)."""
 
-    name: str = Field(pattern=_NAME)
+    name: RegistryName
     max_concurrency: int = Field(default=0, ge=0)
     rpm: int = Field(default=0, ge=0)
     tpm: int = Field(default=0, ge=0)
@@ -39,13 +42,13 @@ class QuotaGroupSpec(_Strict):
 class EndpointSpec(_Strict):
     """One (base_url, key, upstream model). ``api_key`` omitted → the stored key is kept."""
 
-    name: str = Field(pattern=_NAME)
-    provider: str
-    upstream_model: str = Field(min_length=1, max_length=256)
+    name: RegistryName
+    provider: RegistryName
+    upstream_model: ExternalName
     base_url: str | None = None
     api_key: str | None = Field(default=None, repr=False)
     key_version: int = Field(default=1, ge=1)
-    quota_group: str | None = None
+    quota_group: RegistryName | None = None
     max_concurrency: int = Field(default=0, ge=0)
     rpm: int = Field(default=0, ge=0)
     tpm: int = Field(default=0, ge=0)
@@ -66,8 +69,8 @@ class EndpointSpec(_Strict):
 class ModelSpec(_Strict):
     """A public model name and the pool of endpoints that can serve it."""
 
-    name: str = Field(pattern=_NAME)
-    endpoints: list[str] = Field(min_length=1)
+    name: RegistryName
+    endpoints: list[RegistryName] = Field(min_length=1)
     kind: Literal["chat", "embedding"] = "chat"
     description: str | None = None
     enabled: bool = True
@@ -76,7 +79,7 @@ class ModelSpec(_Strict):
 class PriceSpec(_Strict):
     """Price per 1M tokens, looked up by endpoint name, then upstream model, then public model."""
 
-    model: str = Field(min_length=1, max_length=256)
+    model: ExternalName
     input_per_1m: float = Field(ge=0)
     output_per_1m: float = Field(ge=0)
     currency: str = "USD"
@@ -107,12 +110,12 @@ class CallerLimitsSpec(_Strict):
 class CallerSpec(_Strict):
     """An internal application. ``key``/``signing_key`` omitted → the stored ones are kept."""
 
-    name: str = Field(pattern=_NAME)
+    name: RegistryName
     key: str | None = Field(default=None, min_length=8, repr=False)
     enabled: bool = True
-    allowed_models: list[str] | None = None
-    allowed_scenes: list[str] | None = None
-    default_scene: str | None = None
+    allowed_models: list[RegistryName] | None = None
+    allowed_scenes: list[RegistryName] | None = None
+    default_scene: RegistryName | None = None
     signing_key: str | None = Field(default=None, min_length=16, repr=False)
     require_signature: bool = False
     limits: CallerLimitsSpec = Field(default_factory=CallerLimitsSpec)
@@ -121,11 +124,11 @@ class CallerSpec(_Strict):
 class SceneSpec(_Strict):
     """A business purpose: its default model, which models it may use, a max_tokens cap, fallbacks."""
 
-    name: str = Field(pattern=_NAME)
-    default_model: str
-    allowed_models: list[str] = Field(default_factory=list)
+    name: RegistryName
+    default_model: RegistryName
+    allowed_models: list[RegistryName] = Field(default_factory=list)
     max_tokens_cap: int | None = Field(default=None, ge=1)
-    fallback_models: list[str] = Field(default_factory=list)
+    fallback_models: list[RegistryName] = Field(default_factory=list)
     enabled: bool = True
 
     @model_validator(mode="after")
@@ -141,10 +144,10 @@ class BudgetSpec(_Strict):
     ``limit`` is in the price table's currency for ``unit: money`` and in tokens for ``unit: tokens``.
     """
 
-    name: str = Field(pattern=_NAME)
-    caller: str = "*"
+    name: RegistryName
+    caller: RegistryName | Literal["*"] = "*"
     scope: Literal["caller", "tenant", "user"] = "caller"
-    subject: str = "*"
+    subject: str = Field(default="*", pattern=_SUBJECT)
     period: Literal["day", "month", "total"] = "day"
     unit: Literal["money", "tokens"] = "money"
     limit: float = Field(ge=0)
