@@ -23,7 +23,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from hearth.api.client_watch import ClientWatch, abort_connection
+from hearth.api.client_watch import ClientWatch, abort_connection, bound_unsent_bytes
 from hearth.gateway.relay import RelayStream
 
 _HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
@@ -32,6 +32,7 @@ DEFAULT_SEND_TIMEOUT_S = 30.0
 _DISCONNECTED = "client_disconnected"
 _TOO_SLOW = "client_too_slow"
 _FINISHED = "finished"
+KERNEL_UNSENT_BYTES = 16 * 1024
 
 
 class _StallTimer:
@@ -107,6 +108,7 @@ class EventStreamResponse(Response):
                         return
 
             watcher = asyncio.create_task(watch_disconnect())
+        bound_unsent_bytes(receive, KERNEL_UNSENT_BYTES)
         frames = self.relay.frames()
         timer = _StallTimer(loop, self.send_timeout_s or configured_send_timeout(scope), lambda: stop(_TOO_SLOW))
         try:

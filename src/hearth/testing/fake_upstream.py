@@ -98,6 +98,8 @@ class FakeBehavior:
     content event (after the role/preamble events when 0), with no terminator.
     ``usage_in_stream`` gates the OpenAI usage chunk requested with
     ``stream_options.include_usage``; Anthropic streams always carry usage.
+    ``first_event_delay_ms`` sends a stream's status and headers at once, then
+    waits that long before its first event (``latency_ms`` delays the headers too).
     """
 
     latency_ms: float = 0.0
@@ -110,6 +112,7 @@ class FakeBehavior:
     malformed: bool = False
     disconnect_after_chunks: int | None = None
     usage_in_stream: bool = True
+    first_event_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -118,6 +121,8 @@ class FakeBehavior:
             raise ValueError("status must be 200 or an HTTP error status (400-599)")
         if self.latency_ms < 0 or self.chunk_delay_ms < 0 or self.chunks < 0:
             raise ValueError("latency_ms, chunk_delay_ms and chunks must be >= 0")
+        if self.first_event_delay_ms < 0:
+            raise ValueError("first_event_delay_ms must be >= 0")
         if self.retry_after is not None and self.retry_after < 0:
             raise ValueError("retry_after must be >= 0")
         if self.disconnect_after_chunks is not None and self.disconnect_after_chunks < 0:
@@ -587,6 +592,8 @@ class FakeUpstream:
         """
         response = web.StreamResponse(status=200, headers=_SSE_HEADERS)
         await response.prepare(request)
+        if behavior.first_event_delay_ms:
+            await asyncio.sleep(behavior.first_event_delay_ms / 1000)
         to_send = events if cut_at is None else events[:cut_at]
         delay = behavior.chunk_delay_ms / 1000
         for i, write in enumerate(_writes(to_send, behavior.split, seq)):
