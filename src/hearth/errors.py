@@ -49,12 +49,17 @@ CATALOG: dict[str, ErrorSpec] = {
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),
     "budget_ledger_backlog": ErrorSpec(503, True, "api_error", "Budget records cannot be written fast enough."),
+    "budget_ledger_unavailable": ErrorSpec(503, True, "api_error",
+                                           "Budget reservations cannot be recorded in the database now."),
+    "state_backend_reset": ErrorSpec(503, True, "api_error", "The shared state backend lost its data; budget "
+                                     "counters are being rebuilt from the ledger."),
     "no_healthy_endpoint": ErrorSpec(503, True, "api_error", "No healthy endpoint can serve the model now."),
     # upstream
     "upstream_rate_limited": ErrorSpec(429, True, "rate_limit_error", "The upstream provider is rate limiting."),
     "upstream_error": ErrorSpec(502, True, "api_error", "The upstream provider failed."),
     "upstream_timeout": ErrorSpec(504, True, "api_error", "The upstream provider did not answer in time."),
     "upstream_stream_interrupted": ErrorSpec(502, True, "api_error", "The upstream stream ended unexpectedly."),
+    "deadline_exceeded": ErrorSpec(504, True, "api_error", "The call's deadline passed."),
     "upstream_auth_failed": ErrorSpec(502, True, "api_error", "The upstream provider rejected Hearth's credentials."),
     # ours
     "internal_error": ErrorSpec(500, True, "api_error", "Internal error."),

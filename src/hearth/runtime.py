@@ -17,8 +17,10 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.gateway.budget_balances import sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger
-from hearth.gateway.call import Gateway
+from hearth.gateway.service import Gateway
+from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
 from hearth.providers.anthropic import AnthropicProvider
@@ -48,6 +50,7 @@ class Runtime:
     log_writer: RequestLogWriter
     gateway: Gateway
     ledger: BudgetLedger
+    recovery: StateRecovery
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -77,7 +80,21 @@ class Runtime:
         await set_endpoint_enabled(self.engine, ep.name, False, f"upstream answered {status}: credentials rejected")
         await self.reload_registry()
 
+    async def _sweep_reservations(self) -> None:
+        """Close, as spent, reservations whose call died (no settlement long after any call can last)."""
+        s = self.settings
+        older_than = s.request_timeout_s + 2 * s.lease_ttl_s + 60
+        while True:
+            await asyncio.sleep(min(60.0, s.lease_ttl_s))
+            try:
+                closed = await sweep_expired(self.engine, older_than)
+                if closed:
+                    log.warning("budget_reservations_expired", reservations=closed)
+            except Exception as exc:
+                log.warning("budget_sweep_failed", error=type(exc).__name__)
+
     async def stop(self) -> None:
+        await self.recovery.stop()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -114,21 +131,27 @@ async def start_runtime(settings: Settings) -> Runtime:
     }
     writer = RequestLogWriter(engine, settings.request_log_queue, settings.request_log_batch,
                               settings.request_log_flush_s)
-    ledger = BudgetLedger(engine)
+    ledger = BudgetLedger(engine, state, commit_timeout_s=settings.ledger_commit_timeout_s)
+    gateway_box: list[Gateway] = []
+    recovery = StateRecovery(state, engine, lambda: gateway_box[0].registry if gateway_box else registry,
+                             reservation_ttl_s=settings.lease_ttl_s,
+                             open_within_s=settings.request_timeout_s + 2 * settings.lease_ttl_s + 60)
     try:
-        seeded = await ledger.rebuild(state, registry)
+        await state.sync_clock()
+        await recovery.ensure()  # adopt the backend's epoch, or rebuild the counters from the ledger
     except StateUnavailable:
-        seeded = 0
-        log.warning("budget_counters_not_rebuilt", reason="state backend unavailable")
-    if seeded:
-        log.info("budget_counters_rebuilt", counters=seeded)
-    gateway = Gateway(settings, state, providers, writer, registry, ledger)
+        log.warning("state_backend_unavailable_at_start", hint="budgeted calls get 503 until it answers")
+    gateway = Gateway(settings, state, providers, log_writer=writer, registry=registry, ledger=ledger,
+                      recovery=recovery)
+    gateway_box.append(gateway)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
-                 log_writer=writer, gateway=gateway, ledger=ledger, _claim=claim)
+                 log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     ledger.start()
+    recovery.start_watching()
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
+    rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     _return_startup_garbage_to_os()
     return rt
 

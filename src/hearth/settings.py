@@ -44,6 +44,14 @@ class Settings(BaseSettings):
     limit_wait_s: float = Field(default=3.0, ge=0, description="max wait for a caller/tenant/user concurrency slot")
     admission_wait_s: float = Field(default=10.0, ge=0, description="max wait for a free endpoint slot")
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    lease_ttl_s: float = Field(default=30.0, gt=0, description="TTL of a call's slots and budget reservation in "
+                               "the state backend; renewed every third of it while the call lives, so a "
+                               "dead process frees them within this time")
+    state_timeout_s: float = Field(default=2.0, gt=0, description="how long a state-backend command may take; "
+                                   "an admission script that runs later than this refuses")
+    ledger_commit_timeout_s: float = Field(default=5.0, gt=0, description="longest wait for a budget "
+                                           "reservation to be committed to the database before the call is "
+                                           "refused (503)")
     stream_send_timeout_s: float = Field(default=30.0, gt=0, description="a stream whose client has not "
                                          "taken the next frame within this time (the server's write buffer "
                                          "stayed full) is ended as 499 client_too_slow and its slots freed")

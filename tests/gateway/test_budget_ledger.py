@@ -1,16 +1,20 @@
-"""The budget ledger's writer: rows written, coalesced when possible, and balances that agree either way."""
+"""The budget ledger: reservations durable before a call proceeds (group commit), settlements that
+add up, overruns charged in full, the expiry sweep, and the rebuild snapshot — on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.gateway.budget_balances import Balance, balances, rebuild_snapshot, sweep_expired
+from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable
+from hearth.state.memory import MemoryState
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger
 
@@ -33,50 +37,85 @@ async def rows(engine: AsyncEngine) -> list[dict[str, Any]]:
         return [dict(r) for r in result.mappings().all()]
 
 
-async def test_a_call_settled_before_its_reservation_was_written_becomes_one_call_row(engine: AsyncEngine) -> None:
-    ledger = BudgetLedger(engine)
-    ledger.reserved("c1", "daily", KEY, 1000)
-    ledger.settled("c1", "daily", KEY, charged=300, refund=700, overrun=5)
-    await ledger.flush()
-    written = await rows(engine)
-    assert [(r["kind"], r["amount"], r["refund"], r["overrun"]) for r in written] == [("call", 300, 700, 5)]
-    assert (await ledger.balances())[KEY] == {"used": 300, "spent": 300, "reserved": 0}
+def ledger_for(engine: AsyncEngine) -> BudgetLedger:
+    return BudgetLedger(engine, MemoryState())
 
 
-async def test_a_call_settled_after_its_reservation_was_written_gets_a_settle_row(engine: AsyncEngine) -> None:
-    ledger = BudgetLedger(engine)
-    ledger.reserved("c1", "daily", KEY, 1000)
-    await ledger.flush()
-    assert (await ledger.balances())[KEY] == {"used": 1000, "spent": 0, "reserved": 1000}
+async def test_a_reservation_is_in_the_database_when_reserve_returns(engine: AsyncEngine) -> None:
+    ledger = ledger_for(engine)
+    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
+    assert [(r["kind"], r["amount"]) for r in await rows(engine)] == [("reserve", 1000)]
+    assert (await balances(engine))[KEY] == Balance(used=1000, spent=0, reserved=1000)
+
+
+async def test_concurrent_reservations_share_transactions(engine: AsyncEngine) -> None:
+    ledger = ledger_for(engine)
+    await asyncio.gather(*[ledger.reserve(f"c{i}", (Charge("daily", KEY, 10),), None) for i in range(200)])
+    assert ledger.reservations_committed == 200
+    assert ledger.reservation_commits < 50  # group commit: far fewer transactions than calls
+    assert (await balances(engine))[KEY].used == 2000
+
+
+async def test_a_reservation_the_database_cannot_take_is_refused_not_assumed(tmp_path: Any) -> None:
+    broken = create_engine(f"sqlite+aiosqlite:///{tmp_path}/missing-dir/none/x.db")
+    ledger = ledger_for(broken)
+    with pytest.raises(ReservationNotDurable) as caught:
+        await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
+    assert caught.value.uncertain is False  # nothing was committed: the caller may refund
+    assert ledger.database_ok is False
+    await broken.dispose()
+
+
+async def test_settlement_after_reservation_adds_up(engine: AsyncEngine) -> None:
+    ledger = ledger_for(engine)
+    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     ledger.settled("c1", "daily", KEY, charged=300, refund=700, overrun=0)
     await ledger.flush()
     assert [r["kind"] for r in await rows(engine)] == ["reserve", "settle"]
-    assert (await ledger.balances())[KEY] == {"used": 300, "spent": 300, "reserved": 0}
+    assert (await balances(engine))[KEY] == Balance(used=300, spent=300, reserved=0)
 
 
-async def test_a_settlement_during_the_write_of_its_reservation_is_not_lost(engine: AsyncEngine) -> None:
-    ledger = BudgetLedger(engine)
-    ledger.reserved("c1", "daily", KEY, 1000)
-    writing = asyncio.create_task(ledger.flush())
-    await asyncio.sleep(0)  # the writer has taken the reservation row and is waiting on the database
-    ledger.settled("c1", "daily", KEY, charged=400, refund=600, overrun=0)
-    await writing
+async def test_an_overrun_is_charged_in_full(engine: AsyncEngine) -> None:
+    ledger = ledger_for(engine)
+    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
+    ledger.settled("c1", "daily", KEY, charged=1300, refund=0, overrun=300)
     await ledger.flush()
-    assert [(r["kind"], r["amount"]) for r in await rows(engine)] == [("reserve", 1000), ("settle", 400)]
-    assert (await ledger.balances())[KEY] == {"used": 400, "spent": 400, "reserved": 0}
+    assert (await balances(engine))[KEY] == Balance(used=1300, spent=1300, reserved=0)
 
 
 async def test_mixed_rows_add_up_per_counter(engine: AsyncEngine) -> None:
-    ledger = BudgetLedger(engine)
+    ledger = ledger_for(engine)
     other = "tokens|app|u1|m202611"
-    ledger.reserved("a", "daily", KEY, 100)
-    ledger.reserved("a", "monthly", other, 50)
-    ledger.settled("a", "daily", KEY, charged=60, refund=40, overrun=0)  # coalesced
-    ledger.reserved("b", "daily", KEY, 200)  # open: never settled (its process died) → counts as spent
+    await ledger.reserve("a", (Charge("daily", KEY, 100), Charge("monthly", other, 50)), None)
+    await ledger.reserve("b", (Charge("daily", KEY, 200),), None)  # open: its process died
+    ledger.settled("a", "daily", KEY, charged=60, refund=40, overrun=0)
+    ledger.settled("a", "monthly", other, charged=50, refund=0, overrun=0)
     await ledger.flush()
-    ledger.settled("a", "monthly", other, charged=50, refund=0, overrun=0)  # after the write
+    found = await balances(engine)
+    assert found[KEY] == Balance(used=260, spent=60, reserved=200)
+    assert found[other] == Balance(used=50, spent=50, reserved=0)
+
+
+async def test_the_sweeper_closes_dead_reservations_as_spent_once(engine: AsyncEngine) -> None:
+    ledger = ledger_for(engine)
+    await ledger.reserve("dead", (Charge("daily", KEY, 200),), None)
+    await ledger.reserve("live", (Charge("daily", KEY, 100),), None)
+    async with engine.begin() as conn:  # the dead call's reservation is old
+        await conn.execute(update(budget_ledger).where(budget_ledger.c.call_id == "dead")
+                           .values(created_at=datetime.now(UTC) - timedelta(hours=1)))
+    assert await sweep_expired(engine, older_than_s=600) == 1
+    assert await sweep_expired(engine, older_than_s=600) == 0  # idempotent, also across processes
+    found = (await balances(engine))[KEY]
+    assert found == Balance(used=300, spent=200, reserved=100)
+
+
+async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(engine: AsyncEngine) -> None:
+    ledger = ledger_for(engine)
+    await ledger.reserve("open", (Charge("daily", KEY, 200),), None)
+    await ledger.reserve("done", (Charge("daily", KEY, 100),), None)
+    ledger.settled("done", "daily", KEY, charged=40, refund=60, overrun=0)
     await ledger.flush()
-    balances = await ledger.balances()
-    assert balances[KEY] == {"used": 260, "spent": 60, "reserved": 200}
-    assert balances[other] == {"used": 50, "spent": 50, "reserved": 0}
-    assert sorted(r["kind"] for r in await rows(engine)) == ["call", "reserve", "reserve", "settle"]
+    snap = await rebuild_snapshot(engine, open_within_s=600)
+    assert snap.open_calls == ("open",)
+    assert snap.balances[KEY].used == 240
+    assert snap.mark == max(r["id"] for r in await rows(engine))

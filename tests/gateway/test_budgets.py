@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from hearth.gateway.tokens import estimate_messages
+from hearth.gateway.tokens import prompt_upper_bound
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
 from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
@@ -28,7 +28,7 @@ def budget_registry(fake: Any, limit: float, unit: str = "money", **budget: Any)
 
 
 def reservation_tokens() -> int:
-    return estimate_messages(chat_body()["messages"]) + MAX_TOKENS
+    return prompt_upper_bound(chat_body()) + MAX_TOKENS  # what a strict budget reserves per call
 
 
 async def ledger_summary(database_url: str) -> dict[str, Any]:
@@ -95,7 +95,8 @@ async def test_budget_headers_and_token_budgets(fake, hearth_server, http):
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
     assert r.status_code == 200
     assert r.headers["x-hearth-budget"] == "daily" and r.headers["x-hearth-budget-unit"] == "tokens"
-    assert int(r.headers["x-hearth-budget-remaining"]) == 9 * reservation_tokens()
+    # a non-stream answer reports the budget after its settlement: the real usage, not the reservation
+    assert int(r.headers["x-hearth-budget-remaining"]) == 10 * reservation_tokens() - r.json()["usage"]["total_tokens"]
 
 
 async def test_each_tenant_gets_its_own_budget_and_unnamed_tenants_share_one(fake, hearth_server, http):
@@ -124,13 +125,18 @@ async def test_restart_loses_no_spend(tmp_path: Path, fake, hearth_server, http)
     registry = budget_registry(fake, 3 * reservation_tokens(), unit="tokens")
     first = hearth_server(registry, database_url=db)
     results = await _burst(http, [first.base_url], 5)
-    assert [r.status_code for r in results].count(200) == 3
+    ok = [r for r in results if r.status_code == 200]
+    assert len(ok) == 3
+    spent = sum(r.json()["usage"]["total_tokens"] for r in ok)
+    before = (await http.get(first.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"][0]
+    assert before["used"] == spent
     first.stop()  # graceful: the ledger is flushed
     second = hearth_server(registry, database_url=db)
-    r = await http.post(second.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
-    assert r.status_code == 429 and r.json()["error"]["code"] == "budget_exhausted"
     items = (await http.get(second.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
-    assert items[0]["remaining"] == 0 or items[0]["remaining"] < reservation_tokens()
+    assert items[0]["used"] == spent and items[0]["spent"] == spent  # rebuilt from the ledger, exactly
+    left = 3 * reservation_tokens() - spent
+    r = await http.post(second.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    assert r.status_code == (200 if left >= reservation_tokens() else 429)
 
 
 async def test_a_callers_own_key_sees_only_its_budgets(fake, hearth_server, http):

@@ -79,11 +79,10 @@ async def test_a_disconnect_frees_the_users_stream_slot_at_once(fake, hearth_ser
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
 async def test_a_stream_longer_than_the_lease_ttl_keeps_its_slot(backend, fake, hearth_server, http, request):
-    settings: dict[str, Any] = {"limit_wait_s": 0}
+    settings: dict[str, Any] = {"limit_wait_s": 0, "lease_ttl_s": 0.6}  # renewed every 0.2 s while streaming
     if backend == "redis":
         settings |= {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
     server = hearth_server(limited_registry(fake), **settings)
-    server.runtime.gateway.lease_ttl_s = 0.6  # admitted for 0.6 s, renewed every 0.2 s while streaming
     fake.set_defaults(chunks=8, chunk_delay_ms=250)  # a 2 s stream
     holder = asyncio.create_task(_stream(http, server.base_url, USER))
     await _until_streaming(fake)

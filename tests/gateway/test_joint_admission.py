@@ -25,9 +25,11 @@ from sqlalchemy import event, select
 from hearth.auth.signing import signed_headers
 from hearth.gateway.budget import Applicable, reservation_charges
 from hearth.gateway.budget_ledger import BudgetLedger
-from hearth.gateway.caller_admission import admit_caller, finish_caller
-from hearth.registry.snapshot import Budget, Endpoint, Model, QuotaGroup
+from hearth.gateway.caller_admission import AdmissionLimits, CallerAdmission, CallerGrant, admit_caller, finish_caller
+from hearth.gateway.state_recovery import StateRecovery
+from hearth.registry.snapshot import Budget, Endpoint, Model, QuotaGroup, Registry
 from hearth.state.base import Scope, ScopeUsage
+from hearth.state.memory import MemoryState
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior, prompt_tokens_for
@@ -248,11 +250,24 @@ async def test_failover_from_a_500_first_choice_frees_both_endpoints_and_charges
 
 
 @pytest.fixture
-async def ledger(tmp_path: Path) -> AsyncIterator[BudgetLedger]:
-    """A real ledger (never flushed here: admit/finish only queue rows)."""
+async def ledger(tmp_path: Path, state: Any) -> AsyncIterator[BudgetLedger]:
+    """A real ledger on a real database; the state backend's epoch installed, as at start-up."""
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/ledger.db")
-    yield BudgetLedger(engine)
+    await migrate(engine)
+    book = BudgetLedger(engine, state)
+    book.recovery = StateRecovery(state, engine, Registry, reservation_ttl_s=30.0,  # type: ignore[attr-defined]
+                                  open_within_s=600.0)
+    await book.recovery.ensure()  # type: ignore[attr-defined]
+    yield book
     await engine.dispose()
+
+
+async def _admit(state: Any, ledger: BudgetLedger, scopes: tuple[Scope, ...], budgets: list[Applicable],
+                 charges: Any, tokens: int, wait_s: float, ttl_s: float, nonce: tuple[str, float] | None = None,
+                 *, endpoint: Endpoint | None = None) -> CallerGrant:
+    return await admit_caller(state, ledger, ledger.recovery,  # type: ignore[attr-defined]
+                              CallerAdmission(scopes, budgets, charges, tokens, nonce, endpoint),
+                              AdmissionLimits(wait_s, ttl_s, 2.0))
 
 
 GROUP = QuotaGroup("g", max_concurrency=10, rpm=1000)
@@ -281,7 +296,7 @@ async def test_an_unused_preadmitted_endpoint_lease_is_released_by_finish_caller
     await _away_from_minute_edge(3.0)
     scopes, budgets, nonce = _governed(kind)
     charges = reservation_charges(budgets, TOKENS, 0)
-    grant = await admit_caller(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, nonce, endpoint=EP)
+    grant = await _admit(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, nonce, endpoint=EP)
     assert grant.preadmitted is not None and grant.preadmitted.endpoint is EP
     assert {s.key for s in grant.preadmitted.lease.scopes} == {"ep:e1", "qg:g"}
     assert grant.lease is not None and grant.lease.scopes == scopes
@@ -312,7 +327,7 @@ async def test_a_full_endpoint_takes_the_callers_part_alone(state, ledger):
     assert held.lease is not None
     scopes, budgets, _ = _governed("limits+budget")
     charges = reservation_charges(budgets, TOKENS, 0)
-    grant = await admit_caller(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, endpoint=full)
+    grant = await _admit(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, endpoint=full)
     assert grant.preadmitted is None and grant.lease is not None and grant.lease.scopes == scopes
     caller, ep = await state.usage("caller:c"), await state.usage("ep:full")
     assert (caller.in_flight, caller.rpm_used) == (1, 1)
@@ -325,7 +340,7 @@ async def test_a_full_endpoint_takes_the_callers_part_alone(state, ledger):
 async def test_a_cooling_endpoint_takes_the_callers_part_alone(state, ledger):
     await _away_from_minute_edge(3.0)
     await state.set_cooldown("ep:e1", 30.0)
-    grant = await admit_caller(state, ledger, (CALLER_SCOPE,), [], (), TOKENS, 0.0, 30.0, endpoint=EP)
+    grant = await _admit(state, ledger, (CALLER_SCOPE,), [], (), TOKENS, 0.0, 30.0, endpoint=EP)
     assert grant.preadmitted is None and grant.lease is not None
     assert (await state.usage("caller:c")).rpm_used == 1
     assert (await state.usage("ep:e1")).rpm_used == 0 and (await state.usage("qg:g")).rpm_used == 0
@@ -334,7 +349,7 @@ async def test_a_cooling_endpoint_takes_the_callers_part_alone(state, ledger):
 
 
 async def test_take_preadmitted_only_for_a_model_served_by_it_and_only_once(state, ledger):
-    grant = await admit_caller(state, ledger, (CALLER_SCOPE,), [], (), TOKENS, 0.0, 30.0, endpoint=EP)
+    grant = await _admit(state, ledger, (CALLER_SCOPE,), [], (), TOKENS, 0.0, 30.0, endpoint=EP)
     other_model = Model("other", "chat", (OTHER,))
     model = Model("m", "chat", (OTHER, EP))
     assert grant.take_preadmitted(other_model) is None
@@ -432,7 +447,9 @@ async def _round_trip_check(case: dict[str, Any], counting_redis: tuple[str, str
     async def one_call() -> None:
         headers = {**AUTH, "Content-Type": "application/json"}
         if signed:
-            headers |= signed_headers(KEY, "POST", server.base_url + PATH, body)
+            # The store is new, so it counts as lost when the server started: a request signed in that
+            # same second cannot be told from one captured before; sign a second ahead (within the window).
+            headers |= signed_headers(KEY, "POST", server.base_url + PATH, body, timestamp=int(time.time()) + 1)
         r = await http.post(server.base_url + PATH, content=body, headers=headers)
         assert r.status_code == 200, r.text
 
@@ -461,11 +478,11 @@ async def test_stopping_the_ledger_during_a_commit_loses_no_row(tmp_path: Path):
         committing.set()
 
     try:
-        ledger = BudgetLedger(engine, flush_s=0.01)
-        ledger.reserved("c1", "daily", "daily|c|c|total", 100)
+        ledger = BudgetLedger(engine, MemoryState(), flush_s=0.01)
+        ledger.settled("c1", "daily", "daily|c|c|total", 100, 0, 0)
         ledger.start()
         await asyncio.wait_for(committing.wait(), 5)  # the writer's COMMIT is on its way
-        ledger.reserved("c2", "daily", "daily|c|c|total", 200)  # a call reserved meanwhile
+        ledger.settled("c2", "daily", "daily|c|c|total", 200, 0, 0)  # a call settled meanwhile
         await asyncio.wait_for(ledger.stop(), 40)  # what a graceful shutdown does
         async with engine.connect() as conn:
             written = sorted(r.call_id for r in (await conn.execute(select(budget_ledger))).all())

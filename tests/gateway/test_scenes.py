@@ -11,7 +11,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from hearth.gateway.tokens import estimate_messages
+from hearth.gateway.tokens import prompt_upper_bound
 from hearth.testing.fake_upstream import FakeBehavior, FakeUpstream
 from tests.conftest import ADMIN, AUTH, gateway_registry
 
@@ -301,13 +301,13 @@ async def test_a_disabled_scene_is_not_found(fake, fake2, hearth_server, http):
 # ---- the estimated cost of the reservation ---------------------------------------------------------
 
 
-async def test_estimated_cost_prices_the_prompt_estimate_plus_the_cap(fake, fake2, hearth_server, http):
+async def test_estimated_cost_prices_the_prompt_bound_plus_the_cap(fake, fake2, hearth_server, http):
     price_in, price_out = 2.0, 8.0
     scenes = [{"name": "chat", "default_model": "primary", "max_tokens_cap": CAP}]
     server = hearth_server(_registry(fake, fake2, scenes=scenes,
                                      prices=[{"model": "primary", "input_per_1m": price_in,
                                               "output_per_1m": price_out}]))
-    prompt = estimate_messages(MESSAGES)
+    prompt = prompt_upper_bound(_body())  # what a strict budget would reserve for the prompt
     r = await _chat(http, server, _body())
     assert r.status_code == 200, r.text
     row = await _log_row(http, server, r)

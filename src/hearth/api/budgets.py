@@ -42,7 +42,7 @@ async def list_budgets(request: Request, caller: str | None = None, tenant: str 
     who = _scope_caller(request, caller)
     rt = runtime(request)
     try:
-        items = await budget_status(rt.gateway.registry, rt.state, rt.ledger, who, tenant, user)
+        items = await budget_status(rt.gateway.registry, rt.state, rt.engine, who, tenant, user)
     except StateUnavailable as exc:
         raise HearthError("state_backend_unavailable", retry_after=2) from exc
     return ok(request, {"items": items})

@@ -13,6 +13,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from hearth.api.budget_headers import budget_headers
 from hearth.api.chat_validation import validate_chat, validate_embeddings
 from hearth.api.deps import (
     authenticate_caller,
@@ -34,7 +35,6 @@ from hearth.api.openai_schemas import (
 from hearth.api.request_body import parse_json_object
 from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError
-from hearth.gateway.caller_admission import budget_headers
 from hearth.gateway.context import CallContext
 from hearth.registry.snapshot import Caller
 
@@ -73,8 +73,8 @@ async def chat_completions(request: Request) -> Response:
 def _call_headers(ctx: CallContext) -> dict[str, str]:
     headers = {"x-hearth-endpoint": ctx.endpoint.name if ctx.endpoint else "", "x-hearth-attempts": str(ctx.attempts),
                "x-hearth-model": ctx.model or ""}
-    if ctx.grant is not None:
-        headers.update(budget_headers(ctx.grant))
+    if ctx.budget_left:
+        headers.update(budget_headers(ctx.budget_left))
     return headers
 
 

@@ -9,7 +9,8 @@ Failure classes (decided before any retry):
 
 All attempts share the call's absolute deadline and at most ``max_attempts`` endpoints. Across
 models (a scene's fallbacks) :func:`run_with_fallback` moves on only for retryable failures and
-only on the default route.
+only on the default route. The loop holds no resource itself: each attempt's endpoint lease
+belongs to the :class:`~hearth.gateway.call.Call`, which gives it back when the attempt fails.
 """
 
 from __future__ import annotations
@@ -17,18 +18,16 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
 from hearth.gateway.admission import Admitted, admit, cooldown_key
-from hearth.gateway.context import CallContext
+from hearth.gateway.call import Call
 from hearth.gateway.router import order_candidates
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Endpoint, Model
 from hearth.state.base import StateUnavailable
-
-if TYPE_CHECKING:
-    from hearth.gateway.call import Gateway
 
 log = get_logger("hearth.gateway")
 T = TypeVar("T")
@@ -38,8 +37,19 @@ FALLBACK_CODES = frozenset({"upstream_error", "upstream_timeout", "upstream_rate
 Op = Callable[[Model, Endpoint, float], Awaitable[T]]
 
 
-async def run_with_fallback(gw: Gateway, ctx: CallContext, models: list[Model], default_route: bool,
-                            tokens: int, op: Op[T]) -> tuple[T, Admitted]:
+@dataclass(slots=True, frozen=True)
+class AttemptPolicy:
+    max_attempts: int
+    admission_wait_s: float
+    tokens: int  # the estimate an endpoint's TPM is charged with
+    on_auth_failure: Callable[[Endpoint, int], Awaitable[None]] | None = None
+
+
+async def run_with_fallback(call: Call, policy: AttemptPolicy, models: list[Model], default_route: bool,
+                            op: Op[T]) -> T:
+    """The first model's attempts, then (default route only) its fallbacks'; the result of the
+    attempt that succeeded — whose endpoint lease is then ``call.current``."""
+    ctx = call.ctx
     last: HearthError | None = None
     for i, model in enumerate(models):
         if i > 0:
@@ -51,86 +61,77 @@ async def run_with_fallback(gw: Gateway, ctx: CallContext, models: list[Model], 
             log.info("fallback", from_model=models[i - 1].name, to_model=model.name, reason=last.code)
         ctx.attempted_models.append(model.name)
         try:
-            return await run_attempts(gw, ctx, model, tokens, op)
+            return await run_attempts(call, policy, model, op)
         except HearthError as exc:
             last = exc
     assert last is not None
     raise last
 
 
-async def run_attempts(gw: Gateway, ctx: CallContext, model: Model, tokens: int, op: Op[T]) -> tuple[T, Admitted]:
+async def run_attempts(call: Call, policy: AttemptPolicy, model: Model, op: Op[T]) -> T:
+    ctx, health, state = call.ctx, call.deps.health, call.deps.state
     ctx.model = model.name
-    settings = gw.settings
     tried: set[str] = set()
     last: Exception | None = None
-    while ctx.attempts < settings.max_attempts:  # one attempt budget per call, fallbacks included
+    while ctx.attempts < policy.max_attempts:  # one attempt budget per call, fallbacks included
         if time.monotonic() >= ctx.deadline:
             break
-        pre = ctx.grant.take_preadmitted(model) if ctx.grant is not None else None
+        pre = call.grant.take_preadmitted(model) if call.grant is not None else None
         try:
-            adm = pre or await admit(gw.state, gw.health, model.endpoints,
-                                     lambda: order_candidates(model.endpoints, gw.health, time.time(), tried),
-                                     tokens, ctx.deadline, settings.admission_wait_s, gw.lease_ttl_s)
+            adm = pre or await admit(state, health, model.endpoints,
+                                     lambda: order_candidates(model.endpoints, health, time.time(), tried),
+                                     policy.tokens, ctx.deadline, policy.admission_wait_s,
+                                     call.deps.limits.lease_ttl_s)
         except HearthError:
             if last is None:
                 raise
             break
         ep = adm.endpoint
         tried.add(ep.name)
-        ctx.attempts += 1
-        ctx.endpoint = ep
-        gw.health.started(ep.name, time.time())
+        call.attempt_started(adm)
         try:
-            result = await op(model, ep, max(0.001, min(ep.timeout_s, ctx.deadline - time.monotonic())))
+            return await op(model, ep, max(0.001, min(ep.timeout_s, ctx.deadline - time.monotonic())))
         except UpstreamHTTPError as exc:
-            gw.health.finished(ep.name)
-            await gw.release(adm.lease, None)
-            if not await _retryable_http(gw, ep, exc):
-                gw.health.released_probe(ep.name)
+            retryable = await _retryable_http(call, policy, ep, exc)
+            await call.attempt_ended(verdict_given=retryable)
+            if not retryable:
                 raise
             last = exc
         except UpstreamNetworkError as exc:
-            gw.health.finished(ep.name)
-            await gw.release(adm.lease, None)
-            if gw.health.failed(ep.name, time.time()):
+            if health.failed(ep.name, time.time()):
                 log.warning("circuit_opened", endpoint=ep.name, reason=str(exc))
+            await call.attempt_ended(verdict_given=True)
             last = exc
-        except BaseException:
-            gw.health.finished(ep.name)
-            gw.health.released_probe(ep.name)
-            await gw.release(adm.lease, None)
-            raise
-        else:
-            return result, adm
     raise final_error(last)
 
 
-async def _retryable_http(gw: Gateway, ep: Endpoint, exc: UpstreamHTTPError) -> bool:
+async def _retryable_http(call: Call, policy: AttemptPolicy, ep: Endpoint, exc: UpstreamHTTPError) -> bool:
+    health = call.deps.health
     now = time.time()
     if exc.status == 429:
         seconds = exc.retry_after if exc.retry_after is not None else random.uniform(30, 120)
-        gw.health.cool_down(ep.name, now + seconds)
-        await _shared_cooldown(gw, ep, seconds)
+        health.cool_down(ep.name, now + seconds)
+        await _shared_cooldown(call, ep, seconds)
         log.warning("endpoint_cooldown", endpoint=ep.name, seconds=round(seconds, 3))
         return True
     if exc.status in (401, 403):
-        gw.health.cool_down(ep.name, now + AUTH_DISABLE_S)
-        await _shared_cooldown(gw, ep, AUTH_DISABLE_S)
+        health.cool_down(ep.name, now + AUTH_DISABLE_S)
+        await _shared_cooldown(call, ep, AUTH_DISABLE_S)
         log.error("endpoint_disabled_alert", endpoint=ep.name, upstream_status=exc.status,
                   reason="upstream rejected the endpoint's credentials", alert=True)
-        if gw.on_auth_failure is not None:
-            await gw.on_auth_failure(ep, exc.status)
+        if policy.on_auth_failure is not None:
+            await policy.on_auth_failure(ep, exc.status)
         return True
     if exc.status in (408, 409) or exc.status >= 500:
-        if gw.health.failed(ep.name, now):
+        if health.failed(ep.name, now):
             log.warning("circuit_opened", endpoint=ep.name, upstream_status=exc.status)
         return True
     return False
 
 
-async def _shared_cooldown(gw: Gateway, ep: Endpoint, seconds: float) -> None:
+async def _shared_cooldown(call: Call, ep: Endpoint, seconds: float) -> None:
     try:
-        await gw.state.set_cooldown(cooldown_key(ep), seconds)
+        await call.deps.state.set_cooldown(cooldown_key(ep), seconds)
     except StateUnavailable:
         log.warning("cooldown_not_shared", endpoint=ep.name)
 
@@ -147,3 +148,6 @@ def final_error(last: Exception | None) -> HearthError:
             return HearthError("upstream_timeout")
         return HearthError("upstream_error", f"The upstream provider failed: {last}.")
     return HearthError("upstream_timeout", "The call's deadline passed before an endpoint answered.")
+
+
+__all__ = ["Admitted", "AttemptPolicy", "run_with_fallback"]

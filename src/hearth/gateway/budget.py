@@ -13,6 +13,7 @@ Money is counted in integer millionths of the currency unit (``MICRO``); since p
 from __future__ import annotations
 
 import calendar
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,8 +75,15 @@ def applicable_budgets(registry: Registry, caller: Caller, tenant: str | None, u
                 continue
             subject = value
         suffix, ttl = period_key(b.period, now)
-        out.append(Applicable(b, subject, f"{b.name}|{caller.name}|{subject}|{suffix}", ttl))
+        out.append(Applicable(b, subject, counter_key(b.name, caller.name, subject, suffix), ttl))
     return out
+
+
+def counter_key(budget: str, caller: str, subject: str, suffix: str) -> str:
+    """The counter's name, bounded in length whatever the tenant or user id (those are callers' input)."""
+    if len(subject) > 64 or "|" in subject:
+        subject = "sha256:" + hashlib.sha256(subject.encode()).hexdigest()[:40]
+    return f"{budget}|{caller}|{subject}|{suffix}"
 
 
 def highest_price(registry: Registry, models: tuple[str, ...]) -> Price | None:

@@ -1,15 +1,22 @@
-"""The budget ledger: the database's authoritative record of every reservation and settlement.
+"""The budget ledger writer: the database's authoritative record of every reservation and settlement.
 
-Rows are written by a batch writer (no synchronous database write per call) that, unlike the
-request-log writer, never drops: if its backlog passes ``max_backlog`` admission refuses new
-budgeted calls with 503 rather than spend money it cannot record. At start the state backend's
-hot counters are rebuilt from the ledger (only where the backend has no value, so live Redis
-counters shared with running processes are never overwritten). This module owns ``budget_ledger``.
+**Reservations are durable before the model is called.** :meth:`BudgetLedger.reserve` returns only
+once the call's ``reserve`` rows are committed. Concurrent reservations share one transaction (group
+commit: a commit starts as soon as one is waiting, and everything that arrives while it runs goes
+into the next one), so under load the cost is a short wait, not a transaction per call. Rebuilding
+the state backend's counters from the ledger is therefore exact: no admitted call can have reached
+an upstream without its reservation in the database.
 
-Row kinds: ``reserve`` (amount = reserved), ``settle`` (amount = charged, ``refund``, ``overrun``)
-and ``call`` — a reservation and its settlement in one row, written when the call settled while
-its reservation was still waiting in the writer's queue (the usual case for short calls; it halves
-the rows written). A ``call`` row reserved ``amount + refund`` and charged ``amount``.
+**Settlements are asynchronous** (a batch every ``flush_s``): a settlement that is lost (the process
+died) leaves its reservation spent, the safe side; the sweeper (:mod:`hearth.gateway.budget_balances`)
+closes such reservations as spent after the lease TTL. A row the database refuses goes to
+``dead_rows`` (:func:`~hearth.store.batch_insert.insert_isolating`); the writer never stops for one row.
+
+**Epochs.** Each row remembers the state-backend epoch it was applied under. If the backend lost its
+data and a rebuild read the ledger *before* the row was committed (its id is above the epoch's
+``mark``), the rebuilt counters lack it: a reservation is then refused (:class:`ReservationSuperseded`,
+the call never reaches an upstream) and refunded in the ledger; a settlement's refund is re-applied
+to the rebuilt counters. This module owns writes to ``budget_ledger``.
 """
 
 from __future__ import annotations
@@ -17,54 +24,192 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hearth.gateway.budget import period_key, utc_now
 from hearth.observability.logging import get_logger
-from hearth.registry.snapshot import Registry
-from hearth.state.base import StateBackend
+from hearth.state.base import Epoch, StateBackend, StateUnavailable
+from hearth.store.batch_insert import insert_isolating
 from hearth.store.db import stop_writer_task
 from hearth.store.tables import budget_ledger
 
 log = get_logger("hearth.budget_ledger")
 
 
+class ReservationNotDurable(Exception):
+    """The reservation could not be committed. ``uncertain``: it may have been (the commit itself
+    failed or timed out), so the caller must leave it spent rather than refund it."""
+
+    def __init__(self, uncertain: bool, reason: str) -> None:
+        self.uncertain = uncertain
+        super().__init__(reason)
+
+
+class ReservationSuperseded(Exception):
+    """Committed, but after a rebuild of the state backend that did not count it: the call must not
+    proceed (it has been refunded in the ledger; the rebuilt counters never held it)."""
+
+
+@dataclass(slots=True, frozen=True)
+class Charge:
+    budget: str
+    counter_key: str
+    amount: int
+
+
+@dataclass(slots=True)
+class _Waiting:
+    call_id: str
+    charges: tuple[Charge, ...]
+    epoch: str
+    done: asyncio.Future[None]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
 class BudgetLedger:
-    def __init__(self, engine: AsyncEngine, flush_s: float = 0.2, batch: int = 1000,
-                 max_backlog: int = 100_000) -> None:
+    def __init__(self, engine: AsyncEngine, state: StateBackend, *, flush_s: float = 0.2, batch: int = 1000,
+                 max_backlog: int = 100_000, commit_timeout_s: float = 5.0) -> None:
         self._engine = engine
-        self._rows: deque[dict[str, Any]] = deque()
-        self._queued_reserves: dict[tuple[str, str], dict[str, Any]] = {}  # (call, counter) -> row not yet written
+        self._state = state
+        self._rows: deque[tuple[dict[str, Any], str]] = deque()  # settlement rows and their epoch
+        self._waiting: list[_Waiting] = []
+        self._committing = False
+        self._commit_task: asyncio.Task[None] | None = None
         self._flush_s = flush_s
         self._batch = batch
         self.max_backlog = max_backlog
+        self.commit_timeout_s = commit_timeout_s
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self.written = 0
+        self.dead = 0
         self.failed_batches = 0
+        self.reservations_committed = 0
+        self.reservation_commits = 0  # transactions: committed / commits = the group-commit factor
+        self.reservations_failed = 0
+        self.superseded = 0
+        self.last_error: str | None = None
+        self.database_ok = True  # False while reservations cannot be committed
 
     @property
     def backlog(self) -> int:
-        return len(self._rows)
+        return len(self._rows) + len(self._waiting)
 
-    def reserved(self, call_id: str, budget: str, counter_key: str, amount: int) -> None:
-        row = {"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "reserve",
-               "amount": amount, "refund": 0, "overrun": 0, "created_at": datetime.now(UTC)}
-        self._rows.append(row)
-        self._queued_reserves[(call_id, counter_key)] = row
+    # ---- reservations: durable before the call proceeds ---------------------------------------------
+    async def reserve(self, call_id: str, charges: tuple[Charge, ...], epoch: Epoch | None) -> None:
+        """Commit the call's reservation rows (group commit); raise if they are not durable."""
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(call_id, charges, epoch.encode() if epoch is not None else "", loop.create_future())
+        waiting.done.add_done_callback(_retrieve)  # a caller that timed out no longer awaits it
+        self._waiting.append(waiting)
+        if not self._committing:
+            self._committing = True
+            self._commit_task = loop.create_task(self._commit_waiting(), name="budget-reservation-commit")
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting.done), self.commit_timeout_s)
+        except TimeoutError as exc:
+            self.reservations_failed += 1
+            raise ReservationNotDurable(True, "the database did not commit the reservation in time") from exc
 
-    def settled(self, call_id: str, budget: str, counter_key: str, charged: int, refund: int, overrun: int) -> None:
-        row = self._queued_reserves.pop((call_id, counter_key), None)
-        if row is not None:  # still queued: turn it into one ``call`` row
-            row.update(kind="call", amount=charged, refund=refund, overrun=overrun)
+    async def _commit_waiting(self) -> None:
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting[:self._batch], self._waiting[self._batch:]
+                await self._commit_group(group)
+        finally:
+            self._committing = False
+
+    async def _commit_group(self, group: list[_Waiting]) -> None:
+        now = datetime.now(UTC)
+        for w in group:
+            w.rows = [{"call_id": w.call_id, "budget": c.budget, "counter_key": c.counter_key, "kind": "reserve",
+                       "amount": c.amount, "refund": 0, "overrun": 0, "created_at": now} for c in w.charges]
+        rows = [r for w in group for r in w.rows]
+        committing = False
+        try:
+            async with self._engine.connect() as conn:
+                trans = await conn.begin()
+                await conn.execute(budget_ledger.insert(), rows)
+                committing = True
+                await trans.commit()
+        except Exception as exc:
+            self.database_ok = False
+            self.last_error = type(exc).__name__
+            self.reservations_failed += len(group)
+            log.error("budget_reservation_commit_failed", calls=len(group), error=type(exc).__name__,
+                      uncertain=committing)
+            for w in group:
+                _settle_future(w.done, ReservationNotDurable(committing, "the database refused the reservation"))
             return
-        self._rows.append({"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "settle",
-                           "amount": charged, "refund": refund, "overrun": overrun, "created_at": datetime.now(UTC)})
+        self.database_ok = True
+        self.reservation_commits += 1
+        self.reservations_committed += len(group)
+        superseded = await self._superseded(group)
+        for w in group:
+            if w.call_id in superseded:
+                self.superseded += 1
+                self.refund_unused(w.call_id, w.charges)
+                _settle_future(w.done, ReservationSuperseded(w.call_id))
+            else:
+                _settle_future(w.done, None)
+
+    async def _superseded(self, group: list[_Waiting]) -> set[str]:
+        """Calls of ``group`` whose reservation the state backend's current counters do not hold.
+
+        Reservations admitted under no known epoch (only outside the gateway: admission checks it
+        whenever there is money) are not checked."""
+        group = [w for w in group if w.epoch]
+        if not group:
+            return set()
+        try:
+            current = await self._state.read_epoch()
+        except StateUnavailable:
+            return set()  # the call fails on the backend anyway; its reservation stays spent
+        if current is not None and all(w.epoch == current.encode() for w in group):
+            return set()
+        current = await self._wait_for_epoch(current)
+        if current is None:
+            return {w.call_id for w in group}
+        stale = [w.call_id for w in group if w.epoch != current.encode()]
+        if not stale:
+            return set()
+        ids = await self._reserve_ids(stale)
+        return {call_id for call_id, row_id in ids if row_id > current.mark}
+
+    async def _wait_for_epoch(self, current: Epoch | None, timeout_s: float = 3.0) -> Epoch | None:
+        """The backend lost its data: wait (briefly) for some process to rebuild it."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout_s
+        while current is None and loop.time() < give_up:
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(StateUnavailable):
+                current = await self._state.read_epoch()
+        return current
+
+    async def _reserve_ids(self, call_ids: list[str]) -> list[tuple[str, int]]:
+        c = budget_ledger.c
+        async with self._engine.connect() as conn:
+            result = await conn.execute(select(c.call_id, c.id).where(c.kind == "reserve", c.call_id.in_(call_ids)))
+            return [(row[0], int(row[1])) for row in result]
+
+    # ---- settlements: asynchronous ---------------------------------------------------------------------
+    def settled(self, call_id: str, budget: str, counter_key: str, charged: int, refund: int, overrun: int,
+                epoch: str = "") -> None:
+        """Record a settlement the state backend applied (under ``epoch``): ``charged`` is the real
+        cost — more than reserved when ``overrun`` > 0, never capped."""
+        self._rows.append(({"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "settle",
+                            "amount": charged, "refund": refund, "overrun": overrun,
+                            "created_at": datetime.now(UTC)}, epoch))
+
+    def refund_unused(self, call_id: str, charges: tuple[Charge, ...]) -> None:
+        """The call never reached an upstream and the backend holds none of its reservation."""
+        for c in charges:
+            self.settled(call_id, c.budget, c.counter_key, 0, c.amount, 0)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="budget-ledger-writer")
@@ -73,67 +218,85 @@ class BudgetLedger:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self._flush_s)
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception as exc:  # the writer never stops; the rows stay queued
+                self.last_error = type(exc).__name__
+                log.error("budget_ledger_flush_failed", error=type(exc).__name__)
 
     async def flush(self) -> None:
         async with self._lock:
             while self._rows:
                 n = min(len(self._rows), self._batch)
-                rows = [self._rows[i] for i in range(n)]
-                for row in rows:  # from here on these rows are being written: a settlement gets its own row
-                    if row["kind"] == "reserve":
-                        self._queued_reserves.pop((row["call_id"], row["counter_key"]), None)
-                try:
-                    async with self._engine.begin() as conn:
-                        await conn.execute(budget_ledger.insert(), rows)
-                except Exception as exc:  # keep the rows and try again later: money records are never dropped
-                    self.failed_batches += 1
-                    log.error("budget_ledger_write_failed", rows=n, error=type(exc).__name__)
-                    return
+                batch = [self._rows[i] for i in range(n)]
+                outcome = await insert_isolating(self._engine, budget_ledger, [row for row, _ in batch],
+                                                 writer="budget_ledger", row_key="call_id")
+                retry = {id(row) for row in outcome.retry}
                 for _ in range(n):
                     self._rows.popleft()
-                self.written += n
+                if retry:  # the database is unavailable: keep those rows (money records are never dropped)
+                    self.failed_batches += 1
+                    self.last_error = outcome.error
+                    self._rows.extendleft(reversed([pair for pair in batch if id(pair[0]) in retry]))
+                    log.error("budget_ledger_write_failed", rows=len(retry), error=outcome.error)
+                    return
+                self.written += outcome.written
+                self.dead += outcome.dead + outcome.lost
+                await self._reapply_after_rebuild([pair for pair in batch if id(pair[0]) not in retry])
+
+    async def _reapply_after_rebuild(self, batch: list[tuple[dict[str, Any], str]]) -> None:
+        """Settlements applied to state the backend has since lost, and committed after the rebuild
+        read the ledger: the rebuilt counters still hold their whole reservation — give it back."""
+        if all(not epoch for _, epoch in batch):
+            return
+        try:
+            current = await self._state.read_epoch()
+        except StateUnavailable:
+            return
+        if current is None or all(epoch in ("", current.encode()) for _, epoch in batch):
+            return
+        stale = [row for row, epoch in batch if epoch and epoch != current.encode()]
+        c = budget_ledger.c
+        async with self._engine.connect() as conn:
+            result = await conn.execute(select(c.call_id, c.counter_key, c.id).where(
+                c.kind == "settle", c.call_id.in_([r["call_id"] for r in stale])))
+            ids = {(row[0], row[1]): int(row[2]) for row in result}
+        deltas: dict[str, int] = {}
+        for row in stale:
+            if ids.get((row["call_id"], row["counter_key"]), 0) > current.mark:
+                deltas[row["counter_key"]] = deltas.get(row["counter_key"], 0) + row["overrun"] - row["refund"]
+        if deltas:
+            with contextlib.suppress(StateUnavailable):
+                await self._state.adjust_counters(deltas)
+            log.warning("budget_settlements_reapplied", counters=len(deltas))
 
     async def stop(self) -> None:
+        if self._commit_task is not None:  # reservations in flight are committed (or fail) first
+            with contextlib.suppress(Exception):
+                await self._commit_task
         if self._task is not None:
             self._stop.set()
             await stop_writer_task(self._task)
             self._task = None
         await self.flush()
 
-    async def balances(self, counter_keys: list[str] | None = None) -> dict[str, dict[str, int]]:
-        """Per counter: reserved (open reservations), spent (settled charges) and their sum (``used``)."""
-        c = budget_ledger.c
-        settled = c.kind.in_(("settle", "call"))
-        stmt = select(
-            c.counter_key,
-            func.sum(case((c.kind == "reserve", c.amount), (c.kind == "call", c.amount + c.refund),
-                          else_=0)).label("reserved_all"),
-            func.sum(case((settled, c.amount), else_=0)).label("spent"),
-            func.sum(case((settled, c.refund), else_=0)).label("refunded"),
-        ).group_by(c.counter_key)
-        if counter_keys is not None:
-            stmt = stmt.where(budget_ledger.c.counter_key.in_(counter_keys))
-        async with self._engine.connect() as conn:
-            rows = (await conn.execute(stmt)).mappings().all()
-        out: dict[str, dict[str, int]] = {}
-        for r in rows:
-            reserved_all, spent, refunded = int(r["reserved_all"] or 0), int(r["spent"] or 0), int(r["refunded"] or 0)
-            used = reserved_all - refunded
-            out[r["counter_key"]] = {"used": used, "spent": spent, "reserved": used - spent}
-        return out
+    def stats(self) -> dict[str, Any]:
+        return {"written": self.written, "pending": len(self._rows), "dead": self.dead,
+                "failed_batches": self.failed_batches, "reservations_committed": self.reservations_committed,
+                "reservation_commits": self.reservation_commits, "reservations_failed": self.reservations_failed,
+                "reservations_superseded": self.superseded, "database_ok": self.database_ok,
+                "last_error": self.last_error}
 
-    async def rebuild(self, state: StateBackend, registry: Registry) -> int:
-        """Seed the state backend's budget counters from the ledger where it has none; returns how many."""
-        names = {b.name: b for b in registry.budgets}
-        seeded = 0
-        for key, bal in (await self.balances()).items():
-            budget = names.get(key.split("|", 1)[0])
-            if budget is None:
-                continue
-            suffix, ttl = period_key(budget.period, utc_now())
-            if not key.endswith("|" + suffix):
-                continue  # a past period: nothing will be charged there again
-            if await state.seed_counter(key, bal["used"], ttl):
-                seeded += 1
-        return seeded
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _settle_future(fut: asyncio.Future[None], outcome: BaseException | None) -> None:
+    if fut.done():
+        return
+    if outcome is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(outcome)

@@ -1,8 +1,8 @@
 """What ``GET /api/v1/budgets`` reports: for each budget that applies, this period's numbers.
 
 ``used`` is the live counter in the state backend (what admission checks); ``spent`` and
-``reserved`` come from the ledger (settled charges and reservations still open — in flight, or
-never settled because their process died, which count as spent). The ledger is written in
+``reserved`` come from the ledger (settled charges and reservations still open — in flight; those
+whose process died are closed as spent by the sweeper after the lease TTL). Settlements are written in
 batches, so it may trail the live counter by a fraction of a second.
 """
 
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hearth.gateway.budget import NO_SUBJECT, period_key, utc_now
-from hearth.gateway.budget_ledger import BudgetLedger
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hearth.gateway.budget import NO_SUBJECT, counter_key, period_key, utc_now
+from hearth.gateway.budget_balances import Balance, balances
 from hearth.registry.snapshot import MICRO, Budget, Registry
 from hearth.state.base import StateBackend
 
@@ -20,7 +22,7 @@ def _amount(budget: Budget, value: int) -> float | int:
     return value / MICRO if budget.unit == "money" else value
 
 
-async def budget_status(registry: Registry, state: StateBackend, ledger: BudgetLedger, caller: str | None,
+async def budget_status(registry: Registry, state: StateBackend, engine: AsyncEngine, caller: str | None,
                         tenant: str | None, user: str | None) -> list[dict[str, Any]]:
     now = utc_now()
     rows: list[tuple[Budget, str, str, str]] = []
@@ -39,15 +41,15 @@ async def budget_status(registry: Registry, state: StateBackend, ledger: BudgetL
                 else:
                     subjects = [wanted or NO_SUBJECT]
             for subject in subjects:
-                rows.append((b, name, subject, f"{b.name}|{name}|{subject}|{suffix}"))
+                rows.append((b, name, subject, counter_key(b.name, name, subject, suffix)))
     keys = [r[3] for r in rows]
     live = await state.counters(tuple(keys))
-    balances = await ledger.balances(keys)
+    found = await balances(engine, keys)
     out = []
     for (b, name, subject, key), used in zip(rows, live, strict=True):
-        bal = balances.get(key, {"spent": 0, "reserved": 0})
+        bal = found.get(key, Balance(0, 0, 0))
         out.append({"budget": b.name, "caller": name, "scope": b.scope, "subject": subject, "period": b.period,
                     "period_key": key.rsplit("|", 1)[-1], "unit": b.unit, "limit": _amount(b, b.limit),
-                    "used": _amount(b, used), "spent": _amount(b, bal["spent"]),
-                    "reserved": _amount(b, bal["reserved"]), "remaining": _amount(b, max(0, b.limit - used))})
+                    "used": _amount(b, used), "spent": _amount(b, bal.spent),
+                    "reserved": _amount(b, bal.reserved), "remaining": _amount(b, max(0, b.limit - used))})
     return out

@@ -1,226 +1,200 @@
-"""One logical gateway call, end to end.
+"""One logical call's resources, owned by one object and released exactly once.
 
-Every face of Hearth (OpenAI routes, capabilities, task steps) calls :class:`Gateway`, so the same
-steps hold everywhere: plan the route (scene rules, caller allowlists) → caller admission (rate
-limits and budget reservations, atomically) → endpoint attempts with failover (and scene
-fallbacks on the default route) → settle (release slots, charge real usage once) → request log.
+A :class:`Call` holds everything a gateway call takes from shared state — the caller grant (limit
+slots, budget reservations, a nonce), the lease of the endpoint being tried or streamed from, the
+timer that renews those leases while the call lives — and gives all of it back in :meth:`finish`,
+which every exit path reaches: success, an error, a failover that ran out, cancellation when the
+client left. ``finish`` also settles budgets with the real usage and writes the request log, once.
+
+Leases are admitted with a short TTL (``lease_ttl_s``, tens of seconds) and renewed every third of
+it while the call lives, so a process that dies frees its slots within that TTL.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from hearth.errors import HearthError, UpstreamHTTPError
-from hearth.gateway.admission import Admitted, first_choice
-from hearth.gateway.admission_plan import AdmissionPlans
-from hearth.gateway.attempts import run_with_fallback
-from hearth.gateway.budget import (
-    actual_amounts,
-    micro_cost,
-    reservation_charges,
-)
+from hearth.gateway.admission import Admitted
+from hearth.gateway.budget import actual_amounts
 from hearth.gateway.budget_ledger import BudgetLedger
-from hearth.gateway.caller_admission import admit_caller, finish_caller
+from hearth.gateway.caller_admission import (
+    AdmissionLimits,
+    CallerAdmission,
+    CallerGrant,
+    admit_caller,
+    finish_caller,
+)
 from hearth.gateway.context import CallContext
 from hearth.gateway.health import HealthBook
-from hearth.gateway.relay import RelayStream
-from hearth.gateway.scenes import Route, plan_route, resolve_scene
-from hearth.gateway.tokens import DEFAULT_COMPLETION_RESERVATION, estimate_messages, requested_max_tokens
+from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogRecord, RequestLogWriter
-from hearth.providers.base import Provider, UpstreamReply, Usage
-from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
-from hearth.settings import Settings
+from hearth.providers.base import Usage
+from hearth.registry.snapshot import Registry
 from hearth.state.base import Lease, StateBackend, StateUnavailable
 
 log = get_logger("hearth.gateway")
 
-__all__ = ["CallContext", "Gateway"]
+
+@dataclass(slots=True)
+class CallDeps:
+    """The shared parts a call uses (narrow on purpose: no call needs the whole gateway)."""
+
+    state: StateBackend
+    ledger: BudgetLedger
+    recovery: StateRecovery
+    health: HealthBook
+    log_writer: RequestLogWriter
+    registry: Registry
+    limits: AdmissionLimits
 
 
-class Gateway:
-    def __init__(self, settings: Settings, state: StateBackend, providers: dict[str, Provider],
-                 log_writer: RequestLogWriter, registry: Registry, ledger: BudgetLedger,
-                 on_auth_failure: Callable[[Endpoint, int], Awaitable[None]] | None = None) -> None:
-        self.settings = settings
-        self.state = state
-        self.providers = providers
-        self.log_writer = log_writer
-        self.ledger = ledger
-        self.registry = registry
-        self.health = HealthBook(settings.breaker_failures, settings.breaker_open_s)
-        self.on_auth_failure = on_auth_failure
-        self.lease_ttl_s = settings.request_timeout_s + settings.stream_idle_timeout_s + 60
-        self.plans = AdmissionPlans()
+class Call:
+    def __init__(self, deps: CallDeps, ctx: CallContext) -> None:
+        self.deps = deps
+        self.ctx = ctx
+        self.grant: CallerGrant | None = None
+        self.current: Admitted | None = None  # the endpoint lease of the attempt in progress / the stream
+        self._finished = False
+        self._renewal: asyncio.TimerHandle | None = None
+        self._renewing: asyncio.Task[None] | None = None
 
-    # ---- public operations -------------------------------------------------------------------
-    def resolve_model(self, name: Any, kind: str) -> Model:
-        if not isinstance(name, str) or not name:
-            raise HearthError("invalid_request", "`model` is required and must be a string.", param="model")
-        model = self.registry.models.get(name)
-        if model is None or not model.enabled or model.kind != kind:
-            raise HearthError("model_not_found", f"The model `{name}` does not exist or you do not have access to it.",
-                              param="model")
-        return model
+    # ---- taking ----------------------------------------------------------------------------------------
+    async def admit_caller(self, want: CallerAdmission) -> None:
+        self.grant = await admit_caller(self.deps.state, self.deps.ledger, self.deps.recovery, want,
+                                        self.deps.limits)
+        self.ctx.budget_left = self.grant.remaining
+        self._schedule_renewal()
 
-    async def complete(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
-        route, models, body = self._plan(ctx, body, "chat")
-        prompt = estimate_messages(body.get("messages"))
+    def attempt_started(self, adm: Admitted) -> None:
+        self.current = adm
+        self.ctx.attempts += 1
+        self.ctx.endpoint = adm.endpoint
+        self.deps.health.started(adm.endpoint.name, time.time())
+        self._schedule_renewal()
 
-        async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
-            return await self._provider(ep).chat(ep, body, timeout_s)
-
-        return await self._unary(ctx, route, models, prompt, op)
-
-    async def embed(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
-        route, models, body = self._plan(ctx, body, "embedding")
-        inputs = body.get("input")
-        prompt = estimate_messages([{"content": inputs if isinstance(inputs, str) else str(inputs)}])
-
-        async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
-            return await self._provider(ep).embeddings(ep, body, timeout_s)
-
-        return await self._unary(ctx, route, models, prompt, op, completion_reserve=0)
-
-    async def open_stream(self, ctx: CallContext, body: dict[str, Any]) -> RelayStream:
-        ctx.stream = True
-        route, models, body = self._plan(ctx, body, "chat")
-        prompt = estimate_messages(body.get("messages"))
-
-        async def op(model: Model, ep: Endpoint, timeout_s: float) -> Any:
-            if "streaming" not in ep.capabilities:
-                raise HearthError("unsupported_feature", f"Endpoint of `{model.name}` cannot stream.")
-            return await self._provider(ep).chat_stream(ep, body, timeout_s, self.settings.stream_idle_timeout_s)
-
-        upstream, adm = await self._run(ctx, route, models, prompt, op, None)
-        ctx.ttft_ms = (time.perf_counter() - ctx.started) * 1000
-        return RelayStream(self, ctx, adm, upstream, prompt)
-
-    # ---- steps ---------------------------------------------------------------------------------
-    def _plan(self, ctx: CallContext, body: dict[str, Any], kind: str) -> tuple[Route, list[Model], dict[str, Any]]:
-        """Scene and allowlist rules → the models to try; the body gets the effective max_tokens."""
-        try:
-            caller = ctx.caller
-            if caller is None:
-                route = Route((body.get("model"),), None, False, requested_max_tokens(body))  # type: ignore[arg-type]
-            else:
-                scene = resolve_scene(self.registry, caller, ctx.requested_scene) if kind == "chat" else None
-                ctx.scene = scene.name if scene is not None else None
-                route = plan_route(self.registry, caller, scene, body)
-            first = self.resolve_model(route.models[0], kind)
-            models = [first] + [m for name in route.models[1:]
-                                if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
-        except HearthError as exc:
-            self.record(ctx, exc.status, exc.code, None, False)
-            raise
-        ctx.scene = route.scene
-        ctx.effective_max_tokens = route.effective_max_tokens
-        if route.effective_max_tokens is not None and requested_max_tokens(body) is None:
-            body = {**body, "max_tokens": route.effective_max_tokens}
-        return route, models, body
-
-    async def _unary(self, ctx: CallContext, route: Route, models: list[Model], prompt: int,
-                     op: Callable[[Model, Endpoint, float], Awaitable[UpstreamReply]],
-                     completion_reserve: int | None = None) -> UpstreamReply:
-        result, adm = await self._run(ctx, route, models, prompt, op, completion_reserve)
-        reply: UpstreamReply = result
-        ep = adm.endpoint
-        self.health.finished(ep.name)
-        self.health.succeeded(ep.name, (time.perf_counter() - ctx.started) * 1000)
-        estimated = reply.usage is None
-        usage = reply.usage or Usage(prompt, 0)
-        await self.finish(ctx, usage, adm.lease)
-        self.record(ctx, 200, None, usage, estimated)
-        return reply
-
-    async def _run(self, ctx: CallContext, route: Route, models: list[Model], prompt: int,
-                   op: Callable[[Model, Endpoint, float], Awaitable[Any]],
-                   completion_reserve: int | None) -> tuple[Any, Admitted]:
-        """Caller admission, then attempts; on failure everything taken is given back and logged."""
-        reserve = completion_reserve if completion_reserve is not None else (
-            route.effective_max_tokens or DEFAULT_COMPLETION_RESERVATION)
-        tokens = prompt + reserve
-        ctx.deadline = time.monotonic() + self.settings.request_timeout_s
-        try:
-            await self._admit_caller(ctx, route, prompt, reserve, models[0])
-            try:
-                return await run_with_fallback(self, ctx, models, route.default_route, tokens, op)
-            except BaseException:
-                await self.finish(ctx, None)
-                raise
-        except HearthError as exc:
-            self.record(ctx, exc.status, exc.code, None, False)
-            raise
-        except UpstreamHTTPError as exc:
-            self.record(ctx, exc.status, "upstream_rejected_request", None, False)
-            raise
-
-    async def _admit_caller(self, ctx: CallContext, route: Route, prompt: int, reserve: int, first: Model) -> None:
-        caller = ctx.caller
-        if caller is None:
+    async def attempt_ended(self, *, verdict_given: bool) -> None:
+        """The attempt failed: its endpoint lease goes back now (the next attempt takes another)."""
+        adm, self.current = self.current, None
+        if adm is None:
             return
-        plan = self.plans.get(self.registry, caller, ctx.tenant, ctx.end_user, ctx.client_ip, ctx.stream, route.models)
-        scopes, budgets = plan.scopes, plan.budgets
-        money = micro_cost(plan.price, prompt, reserve)
-        ctx.estimated_cost = money / MICRO
-        if not scopes and not budgets and ctx.pending_nonce is None:
-            return
-        ctx.grant = await admit_caller(self.state, self.ledger, scopes, budgets,
-                                       reservation_charges(budgets, prompt + reserve, money), prompt + reserve,
-                                       self.settings.limit_wait_s, self.lease_ttl_s, ctx.pending_nonce,
-                                       first_choice(first, self.health))
-
-    async def finish(self, ctx: CallContext, usage: Usage | None, endpoint_lease: Lease | None = None) -> None:
-        """Release the endpoint's lease (if given) and the caller's slots, and settle the caller's budgets
-        with the real usage (None → refund all) — in one state-backend round trip when governed."""
-        tokens = usage.prompt_tokens + usage.completion_tokens if usage else None
-        grant = ctx.grant
-        if grant is None or grant.finished or grant.lease is None:
-            if endpoint_lease is not None:
-                await self.release(endpoint_lease, tokens)
-            if grant is not None:
-                grant.finished = True
-            return
-        prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
-        amounts = actual_amounts(grant.budgets, self.registry, ctx.endpoint, ctx.model, prompt, completion)
-        also = ((endpoint_lease, tokens),) if endpoint_lease is not None else ()
-        await finish_caller(self.state, self.ledger, grant, tokens, amounts, also)
-
-    def _provider(self, ep: Endpoint) -> Provider:
-        return self.providers[ep.kind]
-
-    # ---- accounting ---------------------------------------------------------------------------
-    async def renew(self, ctx: CallContext, endpoint_lease: Lease) -> None:
-        """Keep a long call's endpoint and caller slots (and budget reservation) alive for another TTL."""
-        leases = (endpoint_lease,) + ((ctx.grant.lease,) if ctx.grant is not None and ctx.grant.lease else ())
+        health = self.deps.health
+        health.finished(adm.endpoint.name)
+        if not verdict_given:
+            health.released_probe(adm.endpoint.name)
         try:
-            await self.state.renew(leases, self.lease_ttl_s)
-        except StateUnavailable:
-            log.warning("lease_renewal_failed", hint="the slots expire by their TTL")
-
-    async def release(self, lease: Lease, actual_tokens: int | None) -> None:
-        try:
-            await self.state.release(lease, actual_tokens)
+            await self.deps.state.release(adm.lease, None)
         except StateUnavailable:
             log.warning("lease_release_failed", hint="the lease expires by its TTL")
 
-    def record(self, ctx: CallContext, status: int, error_code: str | None, usage: Usage | None,
-               usage_estimated: bool) -> None:
+    # ---- renewing -------------------------------------------------------------------------------------
+    def _schedule_renewal(self) -> None:
+        if self._renewal is None and not self._finished:
+            self._renewal = asyncio.get_running_loop().call_later(self.deps.limits.lease_ttl_s / 3, self._renew)
+
+    def _renew(self) -> None:
+        self._renewal = None
+        if self._finished:
+            return
+        leases = self._held()
+        if leases:
+            self._renewing = asyncio.get_running_loop().create_task(self._renew_now(leases), name="call-lease-renewal")
+        self._schedule_renewal()
+
+    async def _renew_now(self, leases: tuple[Lease, ...]) -> None:
+        try:
+            await self.deps.state.renew(leases, self.deps.limits.lease_ttl_s)
+        except StateUnavailable:
+            log.warning("lease_renewal_failed", hint="the slots expire by their TTL")
+
+    def _held(self) -> tuple[Lease, ...]:
+        leases: list[Lease] = []
+        if self.grant is not None and self.grant.lease is not None and not self.grant.finished:
+            leases.append(self.grant.lease)
+        if self.current is not None:
+            leases.append(self.current.lease)
+        return tuple(leases)
+
+    # ---- giving back ----------------------------------------------------------------------------------
+    async def finish(self, status: int, error_code: str | None, usage: Usage | None = None,
+                     usage_estimated: bool = False) -> None:
+        """Release everything, settle with ``usage`` (None: nothing was used) and log — exactly once.
+
+        Runs shielded: a second cancellation (the client left while we clean up) cannot leave a
+        slot or a reservation behind."""
+        if self._finished:
+            return
+        self._finished = True
+        if self._renewal is not None:
+            self._renewal.cancel()
+        await asyncio.shield(self._release(status, error_code, usage, usage_estimated))
+
+    async def _release(self, status: int, error_code: str | None, usage: Usage | None, estimated: bool) -> None:
+        if self._renewing is not None:  # let a renewal in flight land before the release
+            with contextlib.suppress(BaseException):
+                await self._renewing
+        ctx, deps = self.ctx, self.deps
+        tokens = usage.prompt_tokens + usage.completion_tokens if usage else None
+        adm, self.current = self.current, None
+        if adm is not None:
+            deps.health.finished(adm.endpoint.name)
+            if status >= 400:  # ended without a verdict on the endpoint (the client left, a 4xx, …)
+                deps.health.released_probe(adm.endpoint.name)
+        also = ((adm.lease, tokens),) if adm is not None else ()
+        grant = self.grant
+        try:
+            if grant is not None:
+                prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+                amounts = actual_amounts(grant.budgets, deps.registry, ctx.endpoint, ctx.model, prompt, completion)
+                await finish_caller(deps.state, deps.ledger, grant, tokens, amounts, also)
+                ctx.budget_left = grant.remaining
+            elif also:
+                try:
+                    await deps.state.release_all(also)
+                except StateUnavailable:
+                    log.warning("lease_release_failed", hint="the lease expires by its TTL")
+        finally:
+            self._record(status, error_code, usage, estimated)
+
+    async def fail(self, exc: BaseException) -> None:
+        """Finish after ``exc`` ended the call, logging what the caller was told."""
+        if isinstance(exc, HearthError):
+            await self.finish(exc.status, exc.code)
+        elif isinstance(exc, UpstreamHTTPError):
+            await self.finish(exc.status, "upstream_rejected_request")
+        elif isinstance(exc, asyncio.CancelledError):
+            await self.finish(499, "client_disconnected")
+        else:
+            await self.finish(500, "internal_error")
+
+    async def __aenter__(self) -> Call:
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            await self.fail(exc)
+        elif not self._finished:
+            await self.finish(500, "internal_error")  # a code path that forgot to finish: never leak
+
+    def _record(self, status: int, error_code: str | None, usage: Usage | None, estimated: bool) -> None:
+        ctx, registry = self.ctx, self.deps.registry
         ep = ctx.endpoint
         cost = 0.0
         if usage is not None and ep is not None and ctx.model is not None:
-            price = self.registry.price_for(ep, ctx.model)
+            price = registry.price_for(ep, ctx.model)
             if price is not None:
                 cost = price.cost(usage.prompt_tokens, usage.completion_tokens)
-        self.log_writer.submit(RequestLogRecord(
+        self.deps.log_writer.submit(RequestLogRecord(
             request_id=ctx.request_id, created_at=datetime.now(UTC), caller=ctx.caller_name, route=ctx.route,
             model=ctx.model, endpoint=ep.name if ep else None, upstream_model=ep.upstream_model if ep else None,
             stream=ctx.stream, status=status, error_code=error_code, attempts=ctx.attempts,
             prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0, usage_estimated=usage_estimated,
+            completion_tokens=usage.completion_tokens if usage else 0, usage_estimated=estimated,
             cost=cost, latency_ms=(time.perf_counter() - ctx.started) * 1000, ttft_ms=ctx.ttft_ms,
             end_user=ctx.end_user, tenant=ctx.tenant, client_ip=ctx.client_ip, scene=ctx.scene,
             fallback_used=ctx.fallback_used, attempted_models=ctx.attempted_models or None,

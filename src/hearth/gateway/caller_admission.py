@@ -6,10 +6,14 @@ is taken by *one* atomic state-backend operation. So a request refused by one li
 other (no RPM spent by a call that then failed its budget), and parallel requests can never
 overshoot a limit between a check and a deduction. Concurrency refusals wait briefly
 (``limit_wait_s``, default 3 s) for a slot; RPM, TPM and budget refusals answer 429 at once.
+
+A budget reservation is then committed to the ledger (group commit) before this returns: no call
+reaches an upstream with a reservation the database does not hold.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,11 +21,12 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 from hearth.gateway.admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.budget import Applicable
-from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable, ReservationSuperseded
+from hearth.gateway.state_recovery import StateRecovery
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Caller, Endpoint, LimitSet, Model
-from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable
+from hearth.state.base import BudgetCharge, Lease, Limit, Scope, StateBackend, StateUnavailable
 
 log = get_logger("hearth.caller_admission")
 
@@ -68,9 +73,9 @@ def caller_scopes(caller: Caller, tenant: str | None, user: str | None, ip: str 
 
 
 def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: Sequence[Applicable]) -> HearthError:
-    if limit == "once":
+    if limit == Limit.ONCE:
         return HearthError("nonce_replayed", "This X-Nonce was already used.")
-    if limit == "budget":
+    if limit == Limit.BUDGET:
         names = [a.budget.name for a in budgets if a.key == scope_key]
         return HearthError("budget_exhausted", f"The budget `{names[0] if names else scope_key}` has no room for "
                            "this call at its max_tokens.", details={"budget": names[0] if names else None})
@@ -80,63 +85,116 @@ def _refusal_error(scope_key: str, limit: str, retry_after: float, budgets: Sequ
     return HearthError(f"{subject}_{what}_exceeded", retry_after=max(1.0, retry_after))
 
 
-async def admit_caller(state: StateBackend, ledger: BudgetLedger, scopes: tuple[Scope, ...],
-                       budgets: Sequence[Applicable], charges: tuple[BudgetCharge, ...], tokens: int,
-                       wait_s: float, lease_ttl_s: float, nonce: tuple[str, float] | None = None,
-                       endpoint: Endpoint | None = None) -> CallerGrant:
+@dataclass(slots=True, frozen=True)
+class CallerAdmission:
+    """Everything :func:`admit_caller` takes for one call."""
+
+    scopes: tuple[Scope, ...]
+    budgets: Sequence[Applicable]
+    charges: tuple[BudgetCharge, ...]
+    tokens: int
+    nonce: tuple[str, float] | None = None
+    endpoint: Endpoint | None = None  # see hearth.gateway.admission.first_choice
+
+
+@dataclass(slots=True, frozen=True)
+class AdmissionLimits:
+    wait_s: float
+    lease_ttl_s: float
+    state_timeout_s: float  # a script that runs later than this after it was sent refuses
+
+
+async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: StateRecovery, want: CallerAdmission,
+                       limits: AdmissionLimits) -> CallerGrant:
     """Take every limit and budget reservation (and claim a signed request's nonce) in one step.
 
-    With ``endpoint`` (see :func:`~hearth.gateway.admission.first_choice`) that endpoint's slots
-    are tried in the same step; if only the endpoint side refuses, the caller's part is taken
-    alone and the attempt loop admits an endpoint the ordinary way (waiting, failing over)."""
+    With ``want.endpoint`` that endpoint's slots are tried in the same step; if only the endpoint
+    side refuses, the caller's part is taken alone and the attempt loop admits an endpoint the
+    ordinary way (waiting, failing over). Raises :class:`HearthError` having taken nothing."""
     call_id = new_id()
-    once = (nonce,) if nonce is not None else ()
+    once = (want.nonce,) if want.nonce is not None else ()
+    charges = want.charges
     if charges and ledger.backlog > ledger.max_backlog:
         raise HearthError("budget_ledger_backlog", retry_after=2)
-    give_up = time.monotonic() + wait_s
+    give_up = time.monotonic() + limits.wait_s
+    endpoint = want.endpoint
     extra: tuple[Scope, ...] = scopes_for(endpoint) if endpoint is not None else ()
     cooldowns = (cooldown_key(endpoint),) if endpoint is not None else ()
+    check_epoch = bool(charges or once)
+    epoch_retried = False
     while True:
+        known = state.epoch
         try:
-            result = await state.acquire(call_id, scopes + extra, tokens, lease_ttl_s, cooldowns, charges, once)
+            result = await state.acquire(call_id, want.scopes + extra, want.tokens, limits.lease_ttl_s, cooldowns,
+                                         charges, once, deadline=time.time() + limits.state_timeout_s,
+                                         check_epoch=check_epoch)
         except StateUnavailable as exc:
             raise HearthError("state_backend_unavailable", retry_after=2) from exc
         if result.lease is not None:
             break
         assert result.refusal is not None
         r = result.refusal
-        if extra and (r.limit == "cooldown" or any(s.key == r.scope for s in extra)):
+        if r.limit == Limit.EPOCH:
+            if state.epoch != known and state.epoch is not None and not epoch_retried:
+                epoch_retried = True  # another process rebuilt: this process adopted its epoch
+                continue
+            recovery.trigger()
+            raise HearthError("state_backend_reset", retry_after=1)
+        if r.limit == Limit.LATE:
+            raise HearthError("state_backend_unavailable", retry_after=2)
+        if extra and (r.limit == Limit.COOLDOWN or any(s.key == r.scope for s in extra)):
             extra, cooldowns = (), ()  # the endpoint is busy: the attempt loop deals with it
             continue
         remaining = give_up - time.monotonic()
-        if r.limit != "concurrency" or remaining <= 0:
-            raise _refusal_error(r.scope, r.limit, r.retry_after_s, budgets)
+        if r.limit != Limit.CONCURRENCY or remaining <= 0:
+            raise _refusal_error(r.scope, r.limit, r.retry_after_s, want.budgets)
         await state.wait_for_release(min(remaining, 0.25))
     lease = result.lease
-    grant = CallerGrant(call_id, lease, budgets, charges)
+    grant = CallerGrant(call_id, lease, want.budgets, charges)
     if extra:
         assert endpoint is not None
-        grant.lease, endpoint_lease = lease.split(len(scopes))
+        grant.lease, endpoint_lease = lease.split(len(want.scopes))
         grant.preadmitted = Admitted(endpoint, endpoint_lease)
-    for a, c in zip(budgets, charges, strict=True):
-        ledger.reserved(call_id, a.budget.name, a.key, c.amount)
     if charges:
-        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(budgets, lease.budget_values, strict=True)]
+        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(want.budgets, lease.budget_values, strict=True)]
+        await _make_durable(state, ledger, grant)
     return grant
+
+
+async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant) -> None:
+    """Commit the reservation to the ledger; if that fails, give back what the backend took and raise."""
+    rows = tuple(Charge(a.budget.name, c.key, c.amount) for a, c in zip(grant.budgets, grant.charges, strict=True))
+    try:
+        await ledger.reserve(grant.call_id, rows, state.epoch)
+    except ReservationNotDurable as exc:
+        # Certainly not written: refund. Perhaps written (the commit itself failed or timed out): it
+        # stays spent, as the sweeper will record it — the counters and the ledger then agree.
+        await finish_caller(state, ledger, grant, None, () if exc.uncertain else (0,) * len(rows),
+                            settle=not exc.uncertain, record=False)
+        raise HearthError("budget_ledger_unavailable", retry_after=2) from exc
+    except ReservationSuperseded as exc:
+        await finish_caller(state, ledger, grant, None, (), settle=False)
+        raise HearthError("state_backend_reset", retry_after=1) from exc
+    except asyncio.CancelledError:  # the caller left; the commit may still land: leave it spent
+        await asyncio.shield(finish_caller(state, ledger, grant, None, (), settle=False))
+        raise
 
 
 async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant, actual_tokens: int | None,
                         actual_amounts: tuple[int, ...],
-                        also_release: tuple[tuple[Lease, int | None], ...] = ()) -> None:
+                        also_release: tuple[tuple[Lease, int | None], ...] = (), *, settle: bool = True,
+                        record: bool = True) -> None:
     """Release the caller's slots and settle its budgets once (with ``also_release`` — the endpoint's
-    lease — in the same round trip). Never raises: it runs on every exit path."""
+    lease — in the same round trip). ``actual_amounts`` is the real cost per budget, charged in full
+    even beyond the reservation. ``record=False``: the ledger never held the reservation, so the
+    settlement is not recorded either. Never raises: it runs on every exit path."""
     if grant.finished:
         return
     grant.finished = True
     if grant.preadmitted is not None:  # never used (the call failed before its first attempt)
         also_release = (*also_release, (grant.preadmitted.lease, None))
         grant.preadmitted = None
-    if grant.lease is None or not grant.charges:
+    if grant.lease is None or not grant.charges or not settle:
         held = tuple((lease, tokens) for lease, tokens in (*also_release, (grant.lease, actual_tokens))
                      if lease is not None and lease.scopes)  # a signed call without limits only claimed its nonce
         try:
@@ -144,27 +202,22 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
         except StateUnavailable:
             log.warning("lease_release_failed", hint="the lease expires by its TTL")
         return
-    charged = tuple(min(actual, c.amount) for actual, c in zip(actual_amounts, grant.charges, strict=True))
-    refunds = tuple(c.amount - ch for c, ch in zip(grant.charges, charged, strict=True))
+    refunds = tuple(c.amount - actual for actual, c in zip(actual_amounts, grant.charges, strict=True))
+    lease = grant.lease
     try:
-        first = await state.release_and_settle(grant.lease, actual_tokens, refunds, also_release)
+        first = await state.release_and_settle(lease, actual_tokens, refunds, also_release)
     except StateUnavailable:
-        # Unsettled reservations stay spent (the safe side); the ledger keeps the reservation.
-        # Leases expire by their TTL.
+        # Unsettled reservations stay spent (the safe side); the sweeper records them as spent.
         log.warning("budget_settle_failed", call_id=grant.call_id)
         return
-    if not first:
-        return
-    for a, c, ch, refund, actual in zip(grant.budgets, grant.charges, charged, refunds, actual_amounts, strict=True):
-        ledger.settled(grant.call_id, a.budget.name, c.key, ch, refund, max(0, actual - c.amount))
-
-
-def budget_headers(grant: CallerGrant) -> dict[str, str]:
-    """The tightest remaining budget (after this call's reservation), for response headers."""
-    if not grant.remaining:
-        return {}
-    tightest = min(grant.remaining, key=lambda pair: pair[1] / max(1, pair[0].budget.limit))
-    a, left = tightest
-    amount = f"{max(0, left) / 1_000_000:.6f}" if a.budget.unit == "money" else str(max(0, left))
-    return {"x-hearth-budget": a.budget.name, "x-hearth-budget-remaining": amount,
-            "x-hearth-budget-unit": a.budget.unit}
+    if not first or not record:
+        return  # settled before, or the reservation expired: it stays spent (the sweeper records it)
+    if lease.budget_values:
+        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(grant.budgets, lease.budget_values, strict=True)]
+    for a, c, actual in zip(grant.budgets, grant.charges, actual_amounts, strict=True):
+        overrun = max(0, actual - c.amount)
+        if overrun:
+            log.error("budget_overrun", budget=a.budget.name, call_id=grant.call_id, reserved=c.amount,
+                      actual=actual, alert=True)
+        ledger.settled(grant.call_id, a.budget.name, c.key, actual, max(0, c.amount - actual), overrun,
+                       lease.settled_epoch)

@@ -1,11 +1,15 @@
-"""The state of one logical call as it moves through the gateway; what its request log records."""
+"""The record of one logical call: who asked, what was decided, what happened — what its log says.
+
+A plain record: the gateway writes it as the call moves on; resources (leases, reservations) are
+not here but in :class:`~hearth.gateway.call.Call`, which owns and releases them.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from hearth.gateway.caller_admission import CallerGrant
+from hearth.gateway.budget import Applicable
 from hearth.registry.snapshot import Caller, Endpoint
 
 
@@ -20,7 +24,7 @@ class CallContext:
     requested_scene: str | None = None
     stream: bool = False
     started: float = field(default_factory=time.perf_counter)
-    deadline: float = 0.0
+    deadline: float = 0.0  # time.monotonic() by which the whole call must be over
     attempts: int = 0
     model: str | None = None
     endpoint: Endpoint | None = None
@@ -30,8 +34,8 @@ class CallContext:
     fallback_used: bool = False
     effective_max_tokens: int | None = None
     estimated_cost: float | None = None
-    grant: CallerGrant | None = None
     pending_nonce: tuple[str, float] | None = None  # a signed request's nonce, claimed at admission
+    budget_left: list[tuple[Applicable, int]] = field(default_factory=list)  # after settlement (or reservation)
 
     @property
     def caller_name(self) -> str | None:

@@ -1,30 +1,26 @@
-"""Relaying an admitted upstream stream to the caller as SSE, and cleaning up exactly once.
+"""Relaying an admitted upstream stream to the caller as SSE; the stream's :class:`Call` is finished once.
 
 The caller-facing response (see :mod:`hearth.api.event_stream`) iterates :meth:`RelayStream.frames`
 and *always* awaits :meth:`RelayStream.close`, whether the stream finished, failed, or the client
-went away; ``close`` closes the upstream connection, releases the lease and writes the request log.
-After the first byte reached the client a stream is never retried: an upstream failure ends it
-with an explicit OpenAI-style error event instead of a silent, truncated 200.
+went away; ``close`` closes the upstream connection and finishes the call (leases released, budgets
+settled with the stream's usage, request log written). After the first byte reached the client a
+stream is never retried: an upstream failure, or the call's absolute deadline passing, ends it with
+an explicit OpenAI-style error event instead of a silent, truncated 200.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import orjson
 
 from hearth.errors import UpstreamNetworkError
+from hearth.gateway.call import Call
+from hearth.gateway.context import CallContext
 from hearth.gateway.sse import encode_event
 from hearth.providers.base import UpstreamStream, Usage
-
-if TYPE_CHECKING:
-    from hearth.gateway.admission import Admitted
-    from hearth.gateway.call import Gateway
-    from hearth.gateway.context import CallContext
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
@@ -35,47 +31,45 @@ def error_frame(code: str, message: str) -> bytes:
 
 
 class RelayStream:
-    def __init__(self, gateway: Gateway, ctx: CallContext, admitted: Admitted, upstream: UpstreamStream,
-                 prompt_estimate: int) -> None:
-        self._gw = gateway
-        self._ctx = ctx
-        self._adm = admitted
+    def __init__(self, call: Call, upstream: UpstreamStream, prompt_estimate: int) -> None:
+        assert call.current is not None
+        self._call = call
+        self._endpoint = call.current.endpoint
         self._upstream = upstream
         self._prompt_estimate = prompt_estimate
         self._status = 499
         self._error_code: str | None = "client_disconnected"
         self._closed = False
-        gateway.health.succeeded(admitted.endpoint.name, ctx.ttft_ms or 0.0)
-        # A stream may outlive the TTL its slots were admitted with: they (and the budget reservation)
-        # are renewed every third of that TTL until the stream is closed. A timer, not a task per
-        # stream: most streams end long before it fires.
-        self._renewing: asyncio.Task[None] | None = None
-        self._renewal = asyncio.get_running_loop().call_later(gateway.lease_ttl_s / 3, self._renew_soon)
-
-    def _renew_soon(self) -> None:
-        if self._closed:
-            return
-        self._renewing = asyncio.create_task(self._gw.renew(self._ctx, self._adm.lease), name="stream-lease-renewal")
-        self._renewal = asyncio.get_running_loop().call_later(self._gw.lease_ttl_s / 3, self._renew_soon)
+        call.deps.health.succeeded(self._endpoint.name, call.ctx.ttft_ms or 0.0)
 
     @property
     def endpoint_name(self) -> str:
-        return self._adm.endpoint.name
+        return self._endpoint.name
 
     @property
     def context(self) -> CallContext:
-        return self._ctx
+        return self._call.ctx
+
+    def client_left(self, code: str) -> None:
+        """The response gave up on the client (e.g. ``client_too_slow``): that is what the log says."""
+        self._status, self._error_code = 499, code
 
     async def frames(self) -> AsyncIterator[bytes]:
+        remaining = self._call.ctx.deadline - time.monotonic()
         try:
-            async for payload in self._upstream.events():
-                if b"\n" in payload or b"\r" in payload:
-                    yield encode_event(payload)
-                else:
-                    yield b"data: " + payload + b"\n\n"
+            async with asyncio.timeout(max(0.0, remaining)):
+                async for payload in self._upstream.events():
+                    if b"\n" in payload or b"\r" in payload:
+                        yield encode_event(payload)
+                    else:
+                        yield b"data: " + payload + b"\n\n"
+        except TimeoutError:
+            self._status, self._error_code = 504, "deadline_exceeded"
+            yield error_frame("deadline_exceeded", "The call's deadline passed while the stream was running.")
+            return
         except UpstreamNetworkError as exc:
             self._status, self._error_code = 502, "upstream_stream_interrupted"
-            self._gw.health.failed(self._adm.endpoint.name, time.time())
+            self._call.deps.health.failed(self._endpoint.name, time.time())
             yield error_frame("upstream_stream_interrupted", f"The upstream stream was interrupted: {exc}.")
             return
         self._status, self._error_code = 200, None
@@ -85,18 +79,11 @@ class RelayStream:
         if self._closed:
             return
         self._closed = True
-        self._renewal.cancel()
-        if self._renewing is not None:  # let a renewal in flight land before the release below
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewing
         try:
             await self._upstream.aclose()
         finally:
-            ep = self._adm.endpoint
-            self._gw.health.finished(ep.name)
             usage = self._upstream.usage
             estimated = usage is None
             if usage is None:
                 usage = Usage(self._prompt_estimate, self._upstream.completion_estimate)
-            await self._gw.finish(self._ctx, usage, self._adm.lease)
-            self._gw.record(self._ctx, self._status, self._error_code, usage, estimated)
+            await self._call.finish(self._status, self._error_code, usage, estimated)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 DEFAULT_COMPLETION_RESERVATION = 1024
+IMAGE_TOKENS_BOUND = 2_000  # what one image part may cost at most (high detail, large image)
+MESSAGE_OVERHEAD_TOKENS = 8  # role and separator tokens around each message
+_BILLED_EXTRAS = ("tools", "functions", "tool_choice", "response_format", "input")
+_MEDIA_PARTS = frozenset({"image_url", "input_image", "image", "input_audio", "file"})
 
 
 def estimate_text(text: str) -> int:
@@ -47,3 +53,45 @@ def estimate_messages(messages: Any) -> int:
 def requested_max_tokens(body: dict[str, Any]) -> int | None:
     value = body.get("max_completion_tokens", body.get("max_tokens"))
     return value if isinstance(value, int) and value > 0 else None
+
+
+def prompt_upper_bound(body: dict[str, Any], image_tokens: int = IMAGE_TOKENS_BOUND) -> int:
+    """An upper bound of the prompt tokens an upstream can bill for ``body``, for strict budgets.
+
+    A byte-level BPE token (OpenAI's, Llama's, Qwen's, DeepSeek's tokenizers) covers at least one
+    byte, so the UTF-8 size of every billed part — message contents and every other message field,
+    tools and their schemas, ``response_format`` schemas, embedding inputs — plus a per-message
+    overhead bounds the count; an image part costs at most ``image_tokens``.
+    """
+    total = 3
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for m in messages:
+            total += MESSAGE_OVERHEAD_TOKENS
+            if not isinstance(m, dict):
+                total += len(orjson.dumps(m))
+                continue
+            for key, value in m.items():
+                if key == "content" and isinstance(value, list):
+                    total += _parts_bound(value, image_tokens)
+                elif isinstance(value, str):
+                    total += len(value.encode())
+                elif value is not None:
+                    total += len(orjson.dumps(value))
+    for key in _BILLED_EXTRAS:
+        value = body.get(key)
+        if value is not None:
+            total += len(value.encode()) if isinstance(value, str) else len(orjson.dumps(value))
+    return total
+
+
+def _parts_bound(parts: list[Any], image_tokens: int) -> int:
+    total = 0
+    for part in parts:
+        if isinstance(part, dict) and part.get("type") in _MEDIA_PARTS:
+            total += image_tokens
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            total += len(part["text"].encode()) + 4
+        else:
+            total += len(orjson.dumps(part))
+    return total

@@ -12,6 +12,7 @@ are counted in fixed one-minute windows; TPM is reserved on the estimate and cor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 
@@ -50,7 +51,8 @@ class Lease:
     window: int  # the minute window in which TPM/RPM were counted
     released: bool = False
     budgets: tuple[BudgetCharge, ...] = ()
-    budget_values: tuple[int, ...] = ()  # each budget counter right after this lease's charge
+    budget_values: tuple[int, ...] = ()  # each budget counter right after this lease's charge (or settlement)
+    settled_epoch: str = ""  # the epoch the settlement was applied under
 
     def split(self, n: int) -> tuple[Lease, Lease]:
         """Two leases from one acquisition: the first ``n`` scopes (with the budgets) and the rest.
@@ -61,11 +63,53 @@ class Lease:
                 Lease(self.lease_id, self.scopes[n:], self.tokens, self.window))
 
 
+class Limit(StrEnum):
+    """Why the backend refused an admission (the value is what the Lua scripts return)."""
+
+    CONCURRENCY = "concurrency"
+    RPM = "rpm"
+    TPM = "tpm"
+    COOLDOWN = "cooldown"
+    BUDGET = "budget"
+    ONCE = "once"  # a one-time key (nonce) was already claimed
+    EPOCH = "epoch"  # the backend's data is not the one this process knows: it was lost, or rebuilt
+    LATE = "late"  # the script ran after the caller's deadline: the caller has given up, take nothing
+
+
 @dataclass(slots=True, frozen=True)
 class Refusal:
     scope: str
-    limit: str  # concurrency | rpm | tpm | cooldown | budget | once
+    limit: str  # a Limit value
     retry_after_s: float = 0.0
+
+
+@dataclass(slots=True, frozen=True)
+class Epoch:
+    """Which generation of the backend's data this is (seed 004: the store can lose it).
+
+    Written when budget counters are rebuilt from the ledger. ``lost_at`` is when the data before
+    it was found lost (unix seconds): one-time keys (nonces) claimed before then are gone, so
+    signed requests older than that are refused. ``mark`` is the highest ledger row id the rebuild
+    read: reservations committed later, but admitted before the loss, were not counted.
+    """
+
+    id: str
+    lost_at: float
+    mark: int
+
+    def encode(self) -> str:
+        return f"{self.id}|{self.lost_at:.3f}|{self.mark}"
+
+    @classmethod
+    def decode(cls, raw: str | bytes | None) -> Epoch | None:
+        if raw is None:
+            return None
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        try:
+            ident, lost_at, mark = text.split("|")
+            return cls(ident, float(lost_at), int(mark))
+        except ValueError:
+            return None
 
 
 @dataclass(slots=True)
@@ -85,12 +129,26 @@ class ScopeUsage:
 
 class StateBackend(Protocol):
     name: str
+    epoch: Epoch | None  # this process's view; None until known
+
+    @property
+    def lost_at(self) -> float | None:
+        """When the data before :attr:`epoch` was lost: signed requests older than this are refused."""
+        ...
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
                       cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
-                      once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
+                      once: tuple[tuple[str, float], ...] = (), *, deadline: float = 0.0,
+                      check_epoch: bool = False) -> AcquireResult:
         """All scopes, budget charges and one-time claims (``once``: key, TTL — as :meth:`claim_once`)
         are taken together, or nothing is; an already claimed key refuses with limit ``once``.
+
+        ``deadline`` (unix seconds, this host's clock; 0 = none) is checked against the backend's
+        own clock when the operation runs: one that runs after its caller gave up refuses with
+        ``late``. With ``check_epoch`` the backend refuses with ``epoch`` unless its data is the
+        generation :attr:`epoch` names (budgets and nonces must never be judged on lost data).
+        If the outcome is unknown (the backend did not answer), whatever the operation may have
+        taken is given back by the backend object itself once the backend answers again.
 
         With budgets, the reservation itself is recorded as the one-time key
         ``reservation_key(lease_id)`` for ``ttl_s``: :meth:`release_and_settle` refunds only while
@@ -105,8 +163,10 @@ class StateBackend(Protocol):
     async def release_and_settle(self, lease: Lease, actual_tokens: int | None, refunds: tuple[int, ...],
                                  also_release: tuple[tuple[Lease, int | None], ...] = ()) -> bool:
         """:meth:`release` ``lease`` (plus ``also_release``) and give back ``refunds[i]`` on
-        ``lease.budgets[i]``, in one round trip. True if this call settled the reservation (its
-        reservation key was still there); False if it was settled before or had expired."""
+        ``lease.budgets[i]``, in one round trip. A negative refund charges more than was reserved
+        (an overrun is charged in full, never dropped). True if this call settled the reservation
+        (its reservation key was still there), and then ``lease.budget_values`` holds the counters
+        after the settlement; False if it was settled before or had expired (it stays spent)."""
         ...
 
     async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
@@ -124,7 +184,22 @@ class StateBackend(Protocol):
         ...
 
     async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
-        """Set a budget counter only if it does not exist (rebuilding from the ledger); True if set."""
+        """Set a budget counter only if it does not exist; True if set."""
+        ...
+
+    async def adjust_counters(self, deltas: dict[str, int]) -> None:
+        """Add ``deltas`` to budget counters (never below 0): settlements re-applied after a rebuild."""
+        ...
+
+    async def read_epoch(self) -> Epoch | None:
+        """The backend's current epoch (None: its data was lost, or it never had any)."""
+        ...
+
+    async def install_epoch(self, epoch: Epoch, counters: dict[str, tuple[int, float]],
+                            open_reservations: tuple[str, ...], reservation_ttl_s: float) -> Epoch:
+        """Atomically, if the backend has no epoch: set every budget counter (key → value, TTL),
+        re-open the reservation keys of calls still in flight, and write ``epoch``. Returns the
+        epoch now in force — ``epoch``, or the one another process installed first — and adopts it."""
         ...
 
     async def claim_once(self, key: str, ttl_s: float) -> bool:
@@ -140,6 +215,10 @@ class StateBackend(Protocol):
     async def clear_cooldown(self, key: str) -> None: ...
 
     async def usage(self, scope_key: str) -> ScopeUsage: ...
+
+    async def sync_clock(self) -> None:
+        """Measure the backend's clock against this host's (deadlines are checked on the backend's)."""
+        ...
 
     async def ping(self) -> None: ...
 

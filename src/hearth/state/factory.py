@@ -31,7 +31,7 @@ def create_state(settings: Settings) -> StateBackend:
     if settings.state_backend == "redis":
         from hearth.state.redis import RedisState  # redis-py is only loaded when used
 
-        return RedisState(settings.redis_url, settings.redis_prefix)
+        return RedisState(settings.redis_url, settings.redis_prefix, command_timeout_s=settings.state_timeout_s)
     return MemoryState()
 
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from hearth.state.base import (
     AcquireResult,
     BudgetCharge,
+    Epoch,
     Lease,
     Refusal,
     Scope,
@@ -37,6 +38,10 @@ class MemoryState:
         self._next_sweep = 0.0
         self._released = asyncio.Event()
         self._waiting = 0
+        # This process's memory is the backend: it "loses" its data only by starting afresh, so its
+        # one epoch begins now, and nonces older than the process are refused.
+        self._epoch_installed: Epoch | None = None
+        self.epoch: Epoch | None = None
 
     def _sweep(self, now: float) -> None:
         """At most once a second: drop expired one-time keys (from the front) and budget counters."""
@@ -79,10 +84,20 @@ class MemoryState:
             return False
         return key in self._counters
 
+    @property
+    def lost_at(self) -> float | None:
+        """When the data before the current epoch was lost (signed requests older than this are refused)."""
+        return self.epoch.lost_at if self.epoch is not None else None
+
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
                       cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
-                      once: tuple[tuple[str, float], ...] = ()) -> AcquireResult:
+                      once: tuple[tuple[str, float], ...] = (), *, deadline: float = 0.0,
+                      check_epoch: bool = False) -> AcquireResult:
         now = time.time()
+        if deadline and now > deadline:
+            return AcquireResult(refusal=Refusal("deadline", "late"))
+        if check_epoch and (self.epoch is None or self.epoch != self._epoch_installed):
+            return AcquireResult(refusal=Refusal("epoch", "epoch"))
         self._sweep(now)
         for key, _ in once:
             if self._claimed(key, now):
@@ -162,9 +177,14 @@ class MemoryState:
         until = self._once.pop(reservation_key(lease.lease_id), None)
         if until is None or until <= now:
             return False  # settled before, or the reservation outlived its TTL: it stays spent
+        values = []
         for charge, refund in zip(lease.budgets, refunds, strict=True):
-            if refund > 0 and self._live(charge.key, now):
+            live = self._live(charge.key, now)
+            if refund != 0 and live:
                 self._counters[charge.key] = max(0, self._counters[charge.key] - refund)
+            values.append(self._counters[charge.key] if live else 0)
+        lease.budget_values = tuple(values)
+        lease.settled_epoch = self._epoch_installed.encode() if self._epoch_installed is not None else ""
         return True
 
     async def release_all(self, leases: tuple[tuple[Lease, int | None], ...]) -> None:
@@ -196,6 +216,28 @@ class MemoryState:
             self._expiring[key] = now + ttl_s
         return True
 
+    async def adjust_counters(self, deltas: dict[str, int]) -> None:
+        for key, delta in deltas.items():
+            if key in self._counters:
+                self._counters[key] = max(0, self._counters[key] + delta)
+
+    async def read_epoch(self) -> Epoch | None:
+        return self._epoch_installed
+
+    async def install_epoch(self, epoch: Epoch, counters: dict[str, tuple[int, float]],
+                            open_reservations: tuple[str, ...], reservation_ttl_s: float) -> Epoch:
+        if self._epoch_installed is None:
+            now = time.time()
+            for key, (value, ttl) in counters.items():
+                self._counters[key] = value
+                if ttl:
+                    self._expiring[key] = now + ttl
+            for key in open_reservations:
+                self._claim(key, now + reservation_ttl_s)
+            self._epoch_installed = epoch
+        self.epoch = self._epoch_installed
+        return self._epoch_installed
+
     async def claim_once(self, key: str, ttl_s: float) -> bool:
         now = time.time()
         if self._claimed(key, now):
@@ -224,6 +266,9 @@ class MemoryState:
         until = self._cooldowns.get(scope_key, 0.0)
         return ScopeUsage(in_flight=len(self._expire(scope_key, now)), rpm_used=self._rpm.get((scope_key, window), 0),
                           tpm_used=self._tpm.get((scope_key, window), 0), cooldown_s=max(0.0, until - now))
+
+    async def sync_clock(self) -> None:
+        return None
 
     async def ping(self) -> None:
         return None

@@ -1,12 +1,15 @@
 -- Finish a call in one step: release several leases (concurrency slots, TPM correction) and settle
 -- the call's budget reservations exactly once.
--- KEYS: 1 = the call's reservation key (set by acquire.lua for the lease TTL); then, for each lease
+-- KEYS: 1 = the call's reservation key (set by acquire.lua for the lease TTL); 2 = the epoch key;
+--       then, for each lease
 --       and each of its scopes: lease zset, tpm counter of the lease's window; then the budget counters.
 -- ARGV: settle (1 or 0 = release only), n_leases, then per lease: lease_id, delta_tokens, n_scopes,
---       then per scope: has_conc, has_tpm; then one refund per budget counter.
--- Returns 1 if this invocation settled the budgets (it deleted the reservation key), 0 if the call was
--- settled before or its reservation expired (then it stays spent); 1 when only releasing.
-local k = 2
+--       then per scope: has_conc, has_tpm; then one refund per budget counter (negative: an overrun,
+--       charged in full).
+-- Returns {1, epoch, counters after the settlement...} if this invocation settled the budgets (it
+-- deleted the reservation key; epoch = the data generation it was applied to), {0} if the call was
+-- settled before or its reservation expired (then it stays spent); {1} when only releasing.
+local k = 3
 local a = 3
 for _ = 1, tonumber(ARGV[2]) do
   local lease = ARGV[a]
@@ -23,13 +26,19 @@ for _ = 1, tonumber(ARGV[2]) do
     a = a + 2
   end
 end
-if ARGV[1] == '0' then return 1 end
-if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == '0' then return {1} end
+if redis.call('DEL', KEYS[1]) == 0 then return {0} end
+local out = {1, redis.call('GET', KEYS[2]) or ''}
 for i = k, #KEYS do
   local refund = tonumber(ARGV[a + i - k])
-  if refund > 0 and redis.call('EXISTS', KEYS[i]) == 1 then
-    local v = redis.call('DECRBY', KEYS[i], refund)
-    if v < 0 then redis.call('SET', KEYS[i], 0, 'KEEPTTL') end
+  local v = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if refund ~= 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+    v = redis.call('DECRBY', KEYS[i], refund)
+    if v < 0 then
+      redis.call('SET', KEYS[i], 0, 'KEEPTTL')
+      v = 0
+    end
   end
+  out[#out + 1] = v
 end
-return 1
+return out

@@ -1,0 +1,179 @@
+"""The gateway's front door: one logical model call, read top to bottom.
+
+Every face of Hearth (OpenAI routes, capabilities, task steps) calls :class:`Gateway`, so the same
+steps hold everywhere:
+
+1. plan the route — scene rules, caller allowlists, the effective ``max_tokens``;
+2. caller admission — rate limits, the nonce and budget reservations in one atomic step, the
+   reservation committed to the ledger before anything is sent upstream;
+3. endpoint attempts with failover (and scene fallbacks on the default route), all inside the
+   call's absolute deadline;
+4. finish — leases released, budgets settled with the real usage, the request log written: by the
+   :class:`~hearth.gateway.call.Call`, which owns every resource and releases it exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from hearth.errors import HearthError
+from hearth.gateway.admission import first_choice
+from hearth.gateway.admission_plan import AdmissionPlans
+from hearth.gateway.attempts import AttemptPolicy, run_with_fallback
+from hearth.gateway.budget import micro_cost, reservation_charges
+from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.gateway.call import Call, CallDeps
+from hearth.gateway.caller_admission import AdmissionLimits, CallerAdmission
+from hearth.gateway.context import CallContext
+from hearth.gateway.health import HealthBook
+from hearth.gateway.relay import RelayStream
+from hearth.gateway.scenes import Route, plan_route, resolve_scene
+from hearth.gateway.state_recovery import StateRecovery
+from hearth.gateway.tokens import (
+    DEFAULT_COMPLETION_RESERVATION,
+    estimate_messages,
+    prompt_upper_bound,
+    requested_max_tokens,
+)
+from hearth.observability.request_log import RequestLogWriter
+from hearth.providers.base import Provider, UpstreamReply, Usage
+from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
+from hearth.settings import Settings
+from hearth.state.base import StateBackend
+
+T = TypeVar("T")
+Op = Callable[[Model, Endpoint, float], Awaitable[T]]
+
+__all__ = ["CallContext", "Gateway"]
+
+
+class Gateway:
+    def __init__(self, settings: Settings, state: StateBackend, providers: dict[str, Provider], *,
+                 log_writer: RequestLogWriter, registry: Registry, ledger: BudgetLedger, recovery: StateRecovery,
+                 on_auth_failure: Callable[[Endpoint, int], Awaitable[None]] | None = None) -> None:
+        self.settings = settings
+        self.state = state
+        self.providers = providers
+        self.log_writer = log_writer
+        self.ledger = ledger
+        self.recovery = recovery
+        self.registry = registry
+        self.health = HealthBook(settings.breaker_failures, settings.breaker_open_s)
+        self.on_auth_failure = on_auth_failure
+        self.limits = AdmissionLimits(settings.limit_wait_s, settings.lease_ttl_s, settings.state_timeout_s)
+        self.plans = AdmissionPlans()
+
+    def resolve_model(self, name: Any, kind: str) -> Model:
+        if not isinstance(name, str) or not name:
+            raise HearthError("invalid_request", "`model` is required and must be a string.", param="model")
+        model = self.registry.models.get(name)
+        if model is None or not model.enabled or model.kind != kind:
+            raise HearthError("model_not_found", f"The model `{name}` does not exist or you do not have access to it.",
+                              param="model")
+        return model
+
+    # ---- the three kinds of call ------------------------------------------------------------------------
+    async def complete(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
+        call = self._call(ctx)
+        async with call:
+            route, models, body = self._plan(ctx, body, "chat")
+            estimate = estimate_messages(body.get("messages"))
+
+            async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
+                return await self.providers[ep.kind].chat(ep, body, timeout_s)
+
+            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body), op)
+            await self._succeed(call, reply, estimate)
+        return reply
+
+    async def embed(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
+        call = self._call(ctx)
+        async with call:
+            route, models, body = self._plan(ctx, body, "embedding")
+            inputs = body.get("input")
+            estimate = estimate_messages([{"content": inputs if isinstance(inputs, str) else str(inputs)}])
+
+            async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
+                return await self.providers[ep.kind].embeddings(ep, body, timeout_s)
+
+            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body), op, completion=0)
+            await self._succeed(call, reply, estimate)
+        return reply
+
+    async def open_stream(self, ctx: CallContext, body: dict[str, Any]) -> RelayStream:
+        """Admit and open the stream; the returned relay owns the call from here on."""
+        ctx.stream = True
+        call = self._call(ctx)
+        try:
+            route, models, body = self._plan(ctx, body, "chat")
+            estimate = estimate_messages(body.get("messages"))
+            idle_s = self.settings.stream_idle_timeout_s
+
+            async def op(model: Model, ep: Endpoint, timeout_s: float) -> Any:
+                if "streaming" not in ep.capabilities:
+                    raise HearthError("unsupported_feature", f"Endpoint of `{model.name}` cannot stream.")
+                return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s)
+
+            upstream = await self._run(call, route, models, estimate, prompt_upper_bound(body), op)
+        except BaseException as exc:
+            await call.fail(exc)
+            raise
+        ctx.ttft_ms = (time.perf_counter() - ctx.started) * 1000
+        return RelayStream(call, upstream, estimate)
+
+    # ---- steps ----------------------------------------------------------------------------------------
+    def _call(self, ctx: CallContext) -> Call:
+        ctx.deadline = time.monotonic() + self.settings.request_timeout_s
+        return Call(CallDeps(self.state, self.ledger, self.recovery, self.health, self.log_writer, self.registry,
+                             self.limits), ctx)
+
+    def _plan(self, ctx: CallContext, body: dict[str, Any], kind: str) -> tuple[Route, list[Model], dict[str, Any]]:
+        """Scene and allowlist rules → the models to try; the body gets the effective max_tokens."""
+        caller = ctx.caller
+        if caller is None:
+            route = Route((body.get("model"),), None, False, requested_max_tokens(body))  # type: ignore[arg-type]
+        else:
+            scene = resolve_scene(self.registry, caller, ctx.requested_scene) if kind == "chat" else None
+            ctx.scene = scene.name if scene is not None else None
+            route = plan_route(self.registry, caller, scene, body)
+        first = self.resolve_model(route.models[0], kind)
+        models = [first] + [m for name in route.models[1:]
+                            if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
+        ctx.scene = route.scene
+        ctx.effective_max_tokens = route.effective_max_tokens
+        if route.effective_max_tokens is not None and requested_max_tokens(body) is None:
+            body = {**body, "max_tokens": route.effective_max_tokens}
+        return route, models, body
+
+    async def _run(self, call: Call, route: Route, models: list[Model], estimate: int, bound: int, op: Op[T],
+                   completion: int | None = None) -> T:
+        """Caller admission, then the attempts (the successful one's lease stays with ``call``)."""
+        reserve = completion if completion is not None else (
+            route.effective_max_tokens or DEFAULT_COMPLETION_RESERVATION)
+        await self._admit_caller(call, route, estimate, bound, reserve, models[0])
+        policy = AttemptPolicy(self.settings.max_attempts, self.settings.admission_wait_s, estimate + reserve,
+                               self.on_auth_failure)
+        return await run_with_fallback(call, policy, models, route.default_route, op)
+
+    async def _admit_caller(self, call: Call, route: Route, estimate: int, bound: int, reserve: int,
+                            first: Model) -> None:
+        """Limits are charged the estimate; budgets the upper bound of what the call can cost."""
+        ctx = call.ctx
+        caller = ctx.caller
+        if caller is None:
+            return
+        plan = self.plans.get(self.registry, caller, ctx.tenant, ctx.end_user, ctx.client_ip, ctx.stream, route.models)
+        money = micro_cost(plan.price, bound, reserve)
+        ctx.estimated_cost = money / MICRO  # what a budget reserves: the most this call can cost
+        if not plan.scopes and not plan.budgets and ctx.pending_nonce is None:
+            return
+        charges = reservation_charges(plan.budgets, bound + reserve, money)
+        await call.admit_caller(CallerAdmission(plan.scopes, plan.budgets, charges, estimate + reserve,
+                                                ctx.pending_nonce, first_choice(first, self.health)))
+
+    async def _succeed(self, call: Call, reply: UpstreamReply, estimate: int) -> None:
+        assert call.current is not None
+        self.health.succeeded(call.current.endpoint.name, (time.perf_counter() - call.ctx.started) * 1000)
+        await call.finish(200, None, reply.usage or Usage(estimate, 0), reply.usage is None)
