@@ -43,8 +43,9 @@ def _registry(first: str, second: str) -> dict[str, Any]:
     }
 
 
-async def _post_and_leave(port: int, path: str, body: dict[str, Any], request_id: str) -> float:
-    """Send the whole request, stay ``CLIENT_STAYS_S``, close; returns when it closed (monotonic)."""
+async def _post_and_leave(port: int, path: str, body: dict[str, Any], request_id: str,
+                          stay: float = CLIENT_STAYS_S) -> float:
+    """Send the whole request, stay ``stay`` seconds, close; returns when it closed (monotonic)."""
     payload = orjson.dumps(body)
     head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
             f"Authorization: {AUTH['Authorization']}\r\nX-Request-Id: {request_id}\r\n"
@@ -52,7 +53,7 @@ async def _post_and_leave(port: int, path: str, body: dict[str, Any], request_id
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(head.encode() + payload)
     await writer.drain()
-    await asyncio.sleep(CLIENT_STAYS_S)
+    await asyncio.sleep(stay)
     assert not reader.at_eof() and not reader._buffer  # type: ignore[attr-defined]  # nothing answered yet
     writer.close()
     await writer.wait_closed()
@@ -120,6 +121,28 @@ async def test_stream_waiting_for_its_first_event_is_cancelled_when_the_client_l
     rid = uuid.uuid4().hex
     left_at = await _post_and_leave(server.port, "/v1/chat/completions", chat_body("stream", stream=True), rid)
     await _assert_noticed_at_once(http, server, fake, fake2, rid, left_at)
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_that_leaves_at_once_is_noticed_too(stream, fake, fake2, hearth_server, http, caplog):
+    """Gone a few milliseconds after sending: before Hearth started watching it (ClientWatch waits
+    WATCH_DELAY_S), perhaps before the upstream request; still noticed within moments, nothing leaks."""
+    caplog.set_level(logging.WARNING)
+    server = hearth_server(_registry(fake.base_url, fake2.base_url))
+    fake.set_defaults(latency_ms=UPSTREAM_DELAY_MS)
+    rid = uuid.uuid4().hex
+    left_at = await _post_and_leave(server.port, "/v1/chat/completions", chat_body("bye", stream=stream), rid,
+                                    stay=0.002)
+    while fake.stats.in_flight or await _in_flight(http, server, "a"):
+        assert time.monotonic() - left_at < 1.0, fake.stats
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    stats = fake.stats
+    assert stats.requests <= 1 and stats.disconnects == stats.requests and fake2.stats.requests == 0
+    if stats.requests:  # the call had reached the gateway's attempts: it is logged as the client's doing
+        row = await _log_row(http, server, rid)
+        assert row is not None and (row["status"], row["error_code"]) == (499, "client_disconnected"), row
     assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR], caplog.text
 
 

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hearth.api import openai
-from hearth.api.client_watch import ClientWatch
+from hearth.api.client_watch import ClientWatch, DelayedWatches
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.observability.logging import get_logger
@@ -41,6 +41,7 @@ class HotPathApp:
             ("POST", "/v1/embeddings"): openai.embeddings,
             ("GET", "/v1/models"): openai.list_models,
         }
+        self.delayed_watches = DelayedWatches()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         handler = self.routes.get((scope.get("method", ""), scope.get("path", ""))) if scope["type"] == "http" else None
@@ -51,7 +52,7 @@ class HotPathApp:
         watch: ClientWatch | None = None
         owner = asyncio.current_task()
         if scope["method"] == "POST" and owner is not None:
-            watch = ClientWatch(receive, owner.cancel)
+            watch = ClientWatch(receive, owner.cancel, self.delayed_watches)
             receive = watch.receive
         request = Request(scope, receive)
         try:
