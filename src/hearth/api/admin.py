@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
@@ -33,7 +34,8 @@ from hearth.registry.store import apply_registry, list_rows, set_endpoint_enable
 from hearth.state.base import StateUnavailable
 
 register_any_name()  # {name:anyname}: a bad name is a 400, not a 404
-router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)],
+                   responses=ADMIN_ERROR_RESPONSES)
 
 _KINDS: dict[str, tuple[str, str, type[Any]]] = {
     "providers": ("providers", "name", ProviderSpec),
@@ -52,7 +54,8 @@ def _kind(kind: str) -> tuple[str, str, type[Any]]:
     return _KINDS[kind]
 
 
-@router.get("/stats", summary="Process counters: batch writers (backlog, failures, dead rows), registry version")
+@router.get("/stats", summary="Process counters: batch writers (backlog, failures, dead rows), registry version",
+            responses=OK)
 async def stats(request: Request) -> Response:
     rt = runtime(request)
     data: dict[str, Any] = {"request_log_writer": rt.log_writer.stats()}
@@ -64,13 +67,13 @@ async def stats(request: Request) -> Response:
     return ok(request, data)
 
 
-@router.get("/{kind}", summary="List registry entries of one kind")
+@router.get("/{kind}", summary="List registry entries of one kind", responses=OK)
 async def list_entries(kind: str, request: Request) -> Response:
     table, _, _ = _kind(kind)
     return ok(request, await list_rows(runtime(request).engine, table))
 
 
-@router.put("/{kind}/{name:anyname}", summary="Create or update one registry entry (idempotent)")
+@router.put("/{kind}/{name:anyname}", summary="Create or update one registry entry (idempotent)", responses=OK)
 async def upsert_entry(kind: str, name: str, request: Request) -> Response:
     table, key_field, spec_cls = _kind(kind)
     check_name(name, key_field, external=kind == "prices")  # a price key may be an upstream model name
@@ -106,17 +109,19 @@ async def _toggle(request: Request, name: str, enabled: bool) -> Response:
     return ok(request, {"name": name, "enabled": enabled})
 
 
-@router.post("/endpoints/{name:anyname}/enable", summary="Enable an endpoint (clears a credential cooldown)")
+@router.post("/endpoints/{name:anyname}/enable", summary="Enable an endpoint (clears a credential cooldown)",
+             responses=OK)
 async def enable_endpoint(name: str, request: Request) -> Response:
     return await _toggle(request, name, True)
 
 
-@router.post("/endpoints/{name:anyname}/disable", summary="Disable an endpoint")
+@router.post("/endpoints/{name:anyname}/disable", summary="Disable an endpoint", responses=OK)
 async def disable_endpoint(name: str, request: Request) -> Response:
     return await _toggle(request, name, False)
 
 
-@router.get("/endpoints/{name:anyname}/status", summary="Live state of an endpoint: leases, windows, health")
+@router.get("/endpoints/{name:anyname}/status", summary="Live state of an endpoint: leases, windows, health",
+            responses=OK)
 async def endpoint_status(name: str, request: Request) -> Response:
     check_name(name)
     rt = runtime(request)

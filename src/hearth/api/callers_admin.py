@@ -18,6 +18,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK, OkEnvelope
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
@@ -25,10 +26,12 @@ from hearth.auth import caller_admin
 from hearth.registry.names import check_name
 
 register_any_name()
-router = APIRouter(prefix="/api/v1/admin/callers", tags=["admin", "callers"], dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/api/v1/admin/callers", tags=["admin", "callers"], dependencies=[Depends(require_admin)],
+                   responses=ADMIN_ERROR_RESPONSES)
 
 
-@router.post("", summary="Create a caller; the answer carries its key, shown this once", status_code=201)
+@router.post("", summary="Create a caller; the answer carries its key, shown this once", status_code=201,
+             responses={201: {"model": OkEnvelope}})
 async def create_caller(request: Request) -> Response:
     spec = caller_admin.parse_policy(await read_json_object(request))
     rt = runtime(request)
@@ -37,18 +40,19 @@ async def create_caller(request: Request) -> Response:
     return ok(request, issued.as_dict(), status=201)
 
 
-@router.get("", summary="List callers (key prefixes only)")
+@router.get("", summary="List callers (key prefixes only)", responses=OK)
 async def list_callers(request: Request) -> Response:
     return ok(request, await caller_admin.list_all(runtime(request).engine))
 
 
-@router.get("/{name:anyname}", summary="Show one caller (key prefix only)")
+@router.get("/{name:anyname}", summary="Show one caller (key prefix only)", responses=OK)
 async def get_caller(name: str, request: Request) -> Response:
     check_name(name)
     return ok(request, await caller_admin.get(runtime(request).engine, name))
 
 
-@router.put("/{name:anyname}", summary="Declare a caller's policy (idempotent; never changes the key)")
+@router.put("/{name:anyname}", summary="Declare a caller's policy (idempotent; never changes the key)",
+            responses=OK)
 async def update_caller(name: str, request: Request) -> Response:
     check_name(name)
     spec = caller_admin.parse_policy(await read_json_object(request), name)
@@ -59,7 +63,7 @@ async def update_caller(name: str, request: Request) -> Response:
     return ok(request, report.as_dict())
 
 
-@router.post("/{name:anyname}/rotate", summary="Issue a new key; the old one stops working")
+@router.post("/{name:anyname}/rotate", summary="Issue a new key; the old one stops working", responses=OK)
 async def rotate_key(name: str, request: Request) -> Response:
     check_name(name)
     rt = runtime(request)
@@ -68,7 +72,7 @@ async def rotate_key(name: str, request: Request) -> Response:
     return ok(request, issued.as_dict())
 
 
-@router.post("/{name:anyname}/revoke", summary="Revoke a caller's key (rotate issues a new one)")
+@router.post("/{name:anyname}/revoke", summary="Revoke a caller's key (rotate issues a new one)", responses=OK)
 async def revoke_key(name: str, request: Request) -> Response:
     check_name(name)
     rt = runtime(request)

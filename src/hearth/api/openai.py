@@ -30,6 +30,7 @@ from hearth.api.openai_schemas import (
     EmbeddingRequest,
     EmbeddingResponse,
     ModelList,
+    ModelObject,
     request_body,
 )
 from hearth.api.request_body import parse_json_object
@@ -99,7 +100,8 @@ async def list_models(request: Request) -> Response:
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
-@router.get("/models/{model_id:path}", summary="Retrieve one model", responses=ERROR_RESPONSES)
+@router.get("/models/{model_id:path}", summary="Retrieve one model",
+            responses={200: {"model": ModelObject}, **ERROR_RESPONSES})
 async def get_model(model_id: str, request: Request) -> Response:
     await authenticate_caller(request)
     registry = runtime(request).gateway.registry
