@@ -27,6 +27,7 @@ Run: ``.venv/bin/pytest tests/e2e/test_budget_faults.py`` (needs PostgreSQL and 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections import Counter
@@ -136,7 +137,7 @@ def fault_registry(fake: FakeUpstream, max_concurrency: int = 1000) -> dict[str,
 def gateway_env(tmp_path: Path, registry: dict[str, Any], postgres_url: str, redis: RedisServer) -> dict[str, Any]:
     return {"HEARTH_CONFIG": write_config(tmp_path / "hearth.yaml", registry), "HEARTH_DATABASE_URL": postgres_url,
             "HEARTH_STATE_BACKEND": "redis", "HEARTH_REDIS_URL": redis.url, "HEARTH_REDIS_PREFIX": "hearth-faults:",
-            "HEARTH_MASTER_KEY": MASTER_KEY, "HEARTH_ADMIN_TOKEN": "admin-token-xyz", "HEARTH_LOG_LEVEL": "warning",
+            "HEARTH_MASTER_KEY": MASTER_KEY, "HEARTH_ADMIN_TOKEN": "admin-token-xyz", "HEARTH_LOG_LEVEL": os.environ.get("HEARTH_TEST_LOG_LEVEL", "warning"),
             "HEARTH_LEASE_TTL_S": LEASE_TTL_S}
 
 
@@ -227,15 +228,16 @@ async def time_to_service(http: httpx.AsyncClient, gateway: HearthProcess, since
     for a slot longer than the recovery time counts as not served.
     """
     seen: Counter[str] = Counter()
-    while True:
-        remaining = since + within - time.monotonic()
-        if remaining <= 0:
-            return None, dict(seen)
-        outcome = await call(http, gateway, PROBE, PROBE_AUTH, since, wait_s=max(0.05, min(10.0, remaining)))
-        if outcome.status == 200 and time.monotonic() <= since + within:
-            return time.monotonic() - since, dict(seen)
-        seen[outcome.label()] += 1
-        await asyncio.sleep(0.1)
+    async with httpx.AsyncClient(timeout=10) as own:  # another caller: not queued behind the burst's pool
+        while True:
+            remaining = since + within - time.monotonic()
+            if remaining <= 0:
+                return None, dict(seen)
+            outcome = await call(own, gateway, PROBE, PROBE_AUTH, since, wait_s=max(0.05, min(10.0, remaining)))
+            if outcome.status == 200 and time.monotonic() <= since + within:
+                return time.monotonic() - since, dict(seen)
+            seen[outcome.label()] += 1
+            await asyncio.sleep(0.1)
 
 
 # ---- the ledger, the counters, and the database lock --------------------------------------------

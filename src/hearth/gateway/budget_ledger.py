@@ -79,6 +79,7 @@ class BudgetLedger:
         self._waiting: list[_Waiting] = []
         self._committing = False
         self._commit_task: asyncio.Task[None] | None = None
+        self._verifying: set[asyncio.Task[None]] = set()
         self._flush_s = flush_s
         self._batch = batch
         self.max_backlog = max_backlog
@@ -149,7 +150,21 @@ class BudgetLedger:
         self.database_ok = True
         self.reservation_commits += 1
         self.reservations_committed += len(group)
-        superseded = await self._superseded(group)
+        # Judging them needs the state backend (and, after a loss, may wait for a rebuild): that must
+        # not hold up the commits behind them.
+        self._verifying.add(asyncio.get_running_loop().create_task(self._resolve(group), name="reservation-verify"))
+
+    async def _resolve(self, group: list[_Waiting]) -> None:
+        """Let each call of ``group`` proceed, unless the backend's current counters do not hold it."""
+        try:
+            superseded = await self._superseded(group)
+        except Exception as exc:  # not known to be counted: refuse; the reservations stay spent
+            log.error("reservation_verify_failed", error=type(exc).__name__)
+            for w in group:
+                _settle_future(w.done, ReservationSuperseded(w.call_id))
+            return
+        finally:
+            self._verifying.discard(asyncio.current_task())  # type: ignore[arg-type]
         for w in group:
             if w.call_id in superseded:
                 self.superseded += 1

@@ -135,9 +135,12 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: Stat
         assert result.refusal is not None
         r = result.refusal
         if r.limit == Limit.EPOCH:
-            if state.epoch != known and state.epoch is not None and not epoch_retried:
+            if state.epoch != known and state.epoch is not None and not epoch_retried and not once:
                 epoch_retried = True  # another process rebuilt: this process adopted its epoch
                 continue
+            # A signed request is not retried here: its timestamp must first be checked against the
+            # new epoch's loss time (by authentication, when the client retries), or a captured
+            # request could be replayed onto the emptied nonce store.
             recovery.trigger()
             raise HearthError("state_backend_reset", retry_after=1)
         if r.limit == Limit.LATE:
