@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import orjson
 from fastapi import APIRouter, Request
-from sqlalchemy import text
 from starlette.responses import Response
 
 from hearth.api.deps import runtime
+from hearth.readiness import readiness
 
 router = APIRouter(tags=["health"])
 
@@ -17,24 +17,10 @@ async def healthz() -> Response:
     return Response(b'{"status":"ok"}', media_type="application/json")
 
 
-@router.get("/readyz", summary="Readiness: database, state backend, at least one enabled endpoint")
+@router.get("/readyz", summary="Readiness: can this process admit calls? (each dependency's state)")
 async def readyz(request: Request) -> Response:
-    rt = runtime(request)
-    checks: dict[str, str] = {}
-    try:
-        async with rt.engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-        checks["database"] = "ok"
-    except Exception as exc:
-        checks["database"] = f"error: {type(exc).__name__}"
-    try:
-        await rt.state.ping()
-        checks["state_backend"] = "ok"
-    except Exception as exc:
-        checks["state_backend"] = f"error: {type(exc).__name__}"
-    n = rt.gateway.registry.healthy_endpoint_count()
-    checks["endpoints"] = "ok" if n > 0 else "error: no enabled endpoint"
-    ready = all(v == "ok" for v in checks.values())
-    return Response(orjson.dumps({"status": "ready" if ready else "not_ready", "checks": checks}),
-                    status_code=200 if ready else 503, media_type="application/json",
-                    headers=None if ready else {"Retry-After": "5"})
+    """200 ``ready`` or ``degraded`` (a database outage: logs delayed, strict-budget calls refused,
+    others served), 503 ``not_ready`` (state backend down, or no enabled endpoint)."""
+    report = await readiness(runtime(request))
+    return Response(orjson.dumps(report.as_dict()), status_code=report.http_status, media_type="application/json",
+                    headers={"Retry-After": "5"} if report.http_status == 503 else None)
