@@ -49,6 +49,8 @@ class Settings(BaseSettings):
                                "dead process frees them within this time")
     state_timeout_s: float = Field(default=2.0, gt=0, description="how long a state-backend command may take; "
                                    "an admission script that runs later than this refuses")
+    budget_image_tokens: int = Field(default=2_000, ge=1, description="what a strict budget reserves for one "
+                                     "image part of a prompt (an upper bound of what providers bill for it)")
     ledger_commit_timeout_s: float = Field(default=5.0, gt=0, description="longest wait for a budget "
                                            "reservation to be committed to the database before the call is "
                                            "refused (503)")

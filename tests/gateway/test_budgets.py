@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from hearth.gateway.tokens import prompt_upper_bound
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
+from hearth.testing.fake_upstream import FakeBehavior
 from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
 
 PRICE = 1000.0  # per 1M tokens, in and out: a token costs exactly 1000 micro-units
@@ -152,3 +153,45 @@ async def test_a_callers_own_key_sees_only_its_budgets(fake, hearth_server, http
             break
         await asyncio.sleep(0.05)
     assert usage["requests"] == 1 and usage["completion_tokens"] == MAX_TOKENS and usage["cost"] > 0
+
+
+CJK = "预算" * 300  # 600 characters, 1,800 UTF-8 bytes
+
+
+async def test_a_strict_budget_reserves_the_prompts_utf8_size_and_approx_reserves_less(fake, hearth_server, http):
+    reg = budget_registry(fake, 1_000_000, unit="tokens")
+    reg["budgets"].append({"name": "cheap", "caller": "tester", "scope": "caller", "period": "month",
+                           "unit": "tokens", "limit": 1_000_000, "estimate": "approx"})
+    server = hearth_server(reg)
+    body = chat_body(CJK, max_tokens=MAX_TOKENS)
+    r = await http.post(server.base_url + "/v1/chat/completions", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    await _flushed(server)
+    engine = create_engine(server.settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            reserved = {row.budget: row.amount for row in await conn.execute(
+                select(budget_ledger).where(budget_ledger.c.kind == "reserve"))}
+    finally:
+        await engine.dispose()
+    assert reserved["daily"] == prompt_upper_bound(body) + MAX_TOKENS >= 1800 + MAX_TOKENS
+    assert reserved["cheap"] < reserved["daily"] / 2  # ~1 token per CJK character, no byte bound
+
+
+async def test_an_overrun_is_charged_in_full_and_alerted(fake, hearth_server, http, caplog):
+    limit = 100 * reservation_tokens()
+    server = hearth_server(budget_registry(fake, limit, unit="tokens", estimate="approx"))
+    fake.script(FakeBehavior(extra_prompt_tokens=500))  # the provider bills far beyond any estimate
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    assert r.status_code == 200
+    billed = r.json()["usage"]["total_tokens"]
+    assert billed > reservation_tokens()
+    assert int(r.headers["x-hearth-budget-remaining"]) == limit - billed  # the whole cost, not the reservation
+    await _flushed(server)
+    summary = await ledger_summary(server.settings.database_url)
+    assert summary["charged"] == billed
+    (settle,) = summary["settles"].values()
+    assert settle["overrun"] == billed - (summary["reserves"][settle["call_id"]])
+    items = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
+    assert items[0]["used"] == billed and items[0]["spent"] == billed
+    assert any(rec.message == "budget_overrun" or "budget_overrun" in rec.getMessage() for rec in caplog.records)

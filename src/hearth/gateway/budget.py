@@ -101,9 +101,15 @@ def micro_cost(price: Price | None, prompt_tokens: int, completion_tokens: int) 
     return math.ceil(prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m)
 
 
-def reservation_charges(budgets: Sequence[Applicable], tokens: int, money: int) -> tuple[BudgetCharge, ...]:
-    return tuple(BudgetCharge(a.key, a.budget.limit, tokens if a.budget.unit == "tokens" else money, a.ttl_s)
-                 for a in budgets)
+def reservation_charges(budgets: Sequence[Applicable], tokens: int, money: int,
+                        approx: tuple[int, int] | None = None) -> tuple[BudgetCharge, ...]:
+    """What each budget reserves: ``tokens``/``money`` from the prompt's upper bound, or for a budget
+    with ``estimate: approx`` the cheaper ``approx`` (tokens, money) pair when given."""
+    out = []
+    for a in budgets:
+        t, m = approx if approx is not None and a.budget.estimate == "approx" else (tokens, money)
+        out.append(BudgetCharge(a.key, a.budget.limit, t if a.budget.unit == "tokens" else m, a.ttl_s))
+    return tuple(out)
 
 
 def actual_amounts(budgets: Sequence[Applicable], registry: Registry, endpoint: Endpoint | None, model: str | None,

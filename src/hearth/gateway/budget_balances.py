@@ -20,7 +20,7 @@ from sqlalchemy import and_, case, exists, func, literal, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.store.tables import budget_ledger
+from hearth.store.tables import budget_ledger, meta
 
 _SETTLED = ("settle", "call")
 
@@ -111,3 +111,21 @@ async def sweep_expired(engine: AsyncEngine, older_than_s: float) -> int:
         stmt = dialect.insert(budget_ledger).from_select(columns, pick).on_conflict_do_nothing()
         result = await conn.execute(stmt)
         return max(0, int(result.rowcount or 0))
+
+
+_EPOCH_KEY = "state_epoch"
+
+
+async def last_epoch(engine: AsyncEngine) -> str | None:
+    """The last state-backend epoch any process installed (None: this database never had one, so a
+    backend without an epoch is new, not one that lost its data)."""
+    async with engine.connect() as conn:
+        value = (await conn.execute(select(meta.c.value).where(meta.c.key == _EPOCH_KEY))).scalar()
+    return None if value is None else str(value)
+
+
+async def record_epoch(engine: AsyncEngine, encoded: str) -> None:
+    async with engine.begin() as conn:
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(meta).values(key=_EPOCH_KEY, value=encoded)
+        await conn.execute(stmt.on_conflict_do_update(index_elements=[meta.c.key], set_={"value": encoded}))

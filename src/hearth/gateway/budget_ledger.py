@@ -164,7 +164,7 @@ class BudgetLedger:
                 _settle_future(w.done, ReservationSuperseded(w.call_id))
             return
         finally:
-            self._verifying.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._verifying.discard(asyncio.current_task())
         for w in group:
             if w.call_id in superseded:
                 self.superseded += 1

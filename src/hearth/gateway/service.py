@@ -84,7 +84,7 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
                 return await self.providers[ep.kind].chat(ep, body, timeout_s)
 
-            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body), op)
+            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body, self.settings.budget_image_tokens), op)
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -98,7 +98,7 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
                 return await self.providers[ep.kind].embeddings(ep, body, timeout_s)
 
-            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body), op, completion=0)
+            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body, self.settings.budget_image_tokens), op, completion=0)
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -116,7 +116,7 @@ class Gateway:
                     raise HearthError("unsupported_feature", f"Endpoint of `{model.name}` cannot stream.")
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s)
 
-            upstream = await self._run(call, route, models, estimate, prompt_upper_bound(body), op)
+            upstream = await self._run(call, route, models, estimate, prompt_upper_bound(body, self.settings.budget_image_tokens), op)
         except BaseException as exc:
             await call.fail(exc)
             raise
@@ -169,7 +169,8 @@ class Gateway:
         ctx.estimated_cost = money / MICRO  # what a budget reserves: the most this call can cost
         if not plan.scopes and not plan.budgets and ctx.pending_nonce is None:
             return
-        charges = reservation_charges(plan.budgets, bound + reserve, money)
+        approx = (estimate + reserve, micro_cost(plan.price, estimate, reserve))
+        charges = reservation_charges(plan.budgets, bound + reserve, money, approx)
         await call.admit_caller(CallerAdmission(plan.scopes, plan.budgets, charges, estimate + reserve,
                                                 ctx.pending_nonce, first_choice(first, self.health)))
 

@@ -6,7 +6,9 @@ every admission that involves money or a nonce is refused by the script itself, 
 rebuilds — reading the ledger (:func:`~hearth.gateway.budget_balances.rebuild_snapshot`) and
 installing counters, the reservation keys of calls in flight and a new epoch in one atomic step
 (the first process to finish wins; the others adopt its epoch). Until then budgeted and signed
-calls get 503 ``state_backend_reset`` with Retry-After. A watcher reads the epoch every
+calls get 503 ``state_backend_reset`` with Retry-After. The epoch is also recorded in the database,
+so a backend without one is told apart: new (this database never saw an epoch; nothing was lost)
+or emptied (signed requests older than the rebuild are refused). A watcher reads the epoch every
 ``check_s`` so a loss is noticed within a second even without traffic, in every process.
 """
 
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.gateway.budget import period_key, utc_now
-from hearth.gateway.budget_balances import rebuild_snapshot
+from hearth.gateway.budget_balances import last_epoch, rebuild_snapshot, record_epoch
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Registry
@@ -80,14 +82,20 @@ class StateRecovery:
             if key.endswith("|" + suffix):  # past periods are never charged again
                 counters[key] = (bal.used, ttl)
         now = time.time()
-        # The memory backend's data is "lost" only by a process restart, never within a second of the
-        # previous process ending: requests signed in the second it started are not refused.
-        lost_at = float(int(now)) if self._state.name == "memory" else round(now, 3)
+        if await last_epoch(self._engine) is None:
+            lost_at = 0.0  # this deployment never had state before: nothing was lost, no nonce to forget
+        elif self._state.name == "memory":
+            # Its data is "lost" only by a process restart, never within a second of the previous
+            # process ending: requests signed in the second it started are not refused.
+            lost_at = float(int(now))
+        else:
+            lost_at = round(now, 3)
         epoch = Epoch(new_id(), lost_at, snap.mark)
         installed = await self._state.install_epoch(epoch, counters,
                                                     tuple(reservation_key(c) for c in snap.open_calls),
                                                     self._reservation_ttl_s)
         if installed == epoch:
+            await record_epoch(self._engine, installed.encode())
             self.rebuilds += 1
             self.last_rebuild_at = time.time()
             log.warning("state_backend_rebuilt", counters=len(counters), open_reservations=len(snap.open_calls),

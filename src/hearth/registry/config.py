@@ -152,6 +152,10 @@ class BudgetSpec(_Strict):
     unit: Literal["money", "tokens"] = "money"
     limit: float = Field(ge=0)
     enabled: bool = True
+    estimate: Literal["bound", "approx"] = Field(
+        default="bound", description="how a call's prompt is reserved: `bound` — its UTF-8 size, an upper "
+        "bound for byte-level BPE tokenizers, so the budget is never overrun; `approx` — the cheaper ~4 "
+        "characters per token estimate, which reserves less but can be overrun (the overrun is charged)")
 
 
 class RegistrySpec(BaseModel):

@@ -111,6 +111,7 @@ class Budget:
     period: str  # day | month | total
     unit: str  # money (micro-units) | tokens
     limit: int
+    estimate: str = "bound"  # bound (never overrun) | approx (cheaper, may overrun)
 
 
 @dataclass(slots=True)

@@ -161,7 +161,8 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) 
             limit = round(b.limit * MICRO) if b.unit == "money" else round(b.limit)
             await _upsert(conn, budgets, {"name": b.name},
                           {"caller": b.caller, "scope": b.scope, "subject": b.subject, "period": b.period,
-                           "unit": b.unit, "limit_amount": limit, "enabled": b.enabled}, f"budget:{b.name}", report)
+                           "unit": b.unit, "limit_amount": limit, "enabled": b.enabled, "estimate": b.estimate},
+                          f"budget:{b.name}", report)
         # Before committing: every stored secret must open under this vault. A process started with the
         # wrong master key is refused here, with nothing written, rather than after committing its apply.
         await check_secrets_readable(conn, vault)
@@ -295,7 +296,8 @@ async def load_registry(engine: AsyncEngine, vault: KeyVault) -> Registry:
                                  fallback_models=tuple(r["fallback_models"]), enabled=r["enabled"])
                 for r in (await conn.execute(select(scenes))).mappings()}
         bdgs = tuple(Budget(name=r["name"], caller=r["caller"], scope=r["scope"], subject=r["subject"],
-                            period=r["period"], unit=r["unit"], limit=r["limit_amount"])
+                            period=r["period"], unit=r["unit"], limit=r["limit_amount"],
+                            estimate=r["estimate"])
                      for r in (await conn.execute(select(budgets).order_by(budgets.c.name))).mappings()
                      if r["enabled"])
     return Registry(version=version, endpoints=eps, models=mods, prices=prs, callers_by_key_hash=by_hash,

@@ -134,6 +134,7 @@ budgets = Table(
     Column("period", String(16), nullable=False),  # day | month | total
     Column("unit", String(16), nullable=False),  # money | tokens
     Column("limit_amount", BigInteger, nullable=False),  # micro-units of currency, or tokens
+    Column("estimate", String(16), nullable=False, default="bound", server_default="bound"),  # bound | approx
     Column("enabled", Boolean, nullable=False, default=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )

@@ -100,6 +100,7 @@ class FakeBehavior:
     ``stream_options.include_usage``; Anthropic streams always carry usage.
     ``first_event_delay_ms`` sends a stream's status and headers at once, then
     waits that long before its first event (``latency_ms`` delays the headers too).
+    ``extra_prompt_tokens`` is added to the reported prompt usage of chat answers.
     """
 
     latency_ms: float = 0.0
@@ -113,6 +114,7 @@ class FakeBehavior:
     disconnect_after_chunks: int | None = None
     usage_in_stream: bool = True
     first_event_delay_ms: float = 0.0
+    extra_prompt_tokens: int = 0  # bill more prompt tokens than the text has (a hidden system prompt, say)
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -618,7 +620,7 @@ class FakeUpstream:
         model = str(body.get("model") or MODELS[0])
         n, capped = _reply_size(behavior, body, "max_completion_tokens", "max_tokens")
         finish = "length" if capped else "stop"
-        prompt = prompt_tokens_for(body.get("messages"))
+        prompt = prompt_tokens_for(body.get("messages")) + behavior.extra_prompt_tokens
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
         chat_id = f"chatcmpl-fake-{seq}"
         if not body.get("stream"):
