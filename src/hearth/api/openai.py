@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from hearth.api.budget_headers import budget_headers
+from hearth.api.call_limits import caller_max_attempts, caller_timeout_s
 from hearth.api.chat_validation import validate_chat, validate_embeddings
 from hearth.api.deps import (
     authenticate_caller,
@@ -52,7 +53,8 @@ def _context(request: Request, caller: Caller, body: dict[str, Any], route: str,
     return CallContext(request_id=request_id(request), caller=caller, route=route,
                        end_user=_end_user(request, body), tenant=tenant[:256] if tenant else None,
                        client_ip=client_ip(request), requested_scene=request.headers.get("x-hearth-scene"),
-                       pending_nonce=nonce)
+                       pending_nonce=nonce, timeout_s=caller_timeout_s(request.headers),
+                       max_attempts=caller_max_attempts(request.headers))
 
 
 @router.post("/chat/completions", summary="Create a chat completion (stream or not)",

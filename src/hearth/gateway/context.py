@@ -35,6 +35,8 @@ class CallContext:
     effective_max_tokens: int | None = None
     estimated_cost: float | None = None
     pending_nonce: tuple[str, float] | None = None  # a signed request's nonce, claimed at admission
+    timeout_s: float | None = None  # the caller's own deadline: narrows the server's, never widens it
+    max_attempts: int | None = None  # the caller's own attempt budget: likewise
     budget_left: list[tuple[Applicable, int]] = field(default_factory=list)  # after settlement (or reservation)
 
     @property

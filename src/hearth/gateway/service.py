@@ -125,7 +125,10 @@ class Gateway:
 
     # ---- steps ----------------------------------------------------------------------------------------
     def _call(self, ctx: CallContext) -> Call:
-        ctx.deadline = time.monotonic() + self.settings.request_timeout_s
+        timeout = self.settings.request_timeout_s
+        if ctx.timeout_s is not None:
+            timeout = min(timeout, ctx.timeout_s)
+        ctx.deadline = time.monotonic() + timeout
         return Call(CallDeps(self.state, self.ledger, self.recovery, self.health, self.log_writer, self.registry,
                              self.limits), ctx)
 
@@ -153,7 +156,10 @@ class Gateway:
         reserve = completion if completion is not None else (
             route.effective_max_tokens or DEFAULT_COMPLETION_RESERVATION)
         await self._admit_caller(call, route, estimate, bound, reserve, models[0])
-        policy = AttemptPolicy(self.settings.max_attempts, self.settings.admission_wait_s, estimate + reserve,
+        attempts = self.settings.max_attempts
+        if call.ctx.max_attempts is not None:
+            attempts = min(attempts, call.ctx.max_attempts)
+        policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + reserve,
                                self.on_auth_failure)
         return await run_with_fallback(call, policy, models, route.default_route, op)
 
