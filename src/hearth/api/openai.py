@@ -38,6 +38,7 @@ from hearth.api.request_body import parse_json_object
 from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError
 from hearth.gateway.context import CallContext
+from hearth.gateway.scenes import caller_may_see
 from hearth.registry.snapshot import Caller
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -95,20 +96,21 @@ async def embeddings(request: Request) -> Response:
 @router.get("/models", summary="List the models this caller can use",
             responses={200: {"model": ModelList}, **ERROR_RESPONSES})
 async def list_models(request: Request) -> Response:
-    await authenticate_caller(request)
+    caller = await authenticate_caller(request)
     registry = runtime(request).gateway.registry
     data = [{"id": m.name, "object": "model", "created": registry.created_at, "owned_by": "hearth"}
-            for m in sorted(registry.models.values(), key=lambda m: m.name) if m.enabled]
+            for m in sorted(registry.models.values(), key=lambda m: m.name) if caller_may_see(registry, caller, m)]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
 
 @router.get("/models/{model_id:path}", summary="Retrieve one model",
             responses={200: {"model": ModelObject}, **ERROR_RESPONSES})
 async def get_model(model_id: str, request: Request) -> Response:
-    await authenticate_caller(request)
+    caller = await authenticate_caller(request)
     registry = runtime(request).gateway.registry
     m = registry.models.get(model_id)
-    if m is None or not m.enabled:
-        raise HearthError("model_not_found", f"The model `{model_id}` does not exist.", param="model")
+    if m is None or not caller_may_see(registry, caller, m):  # as OpenAI answers a model you may not use
+        raise HearthError("model_not_found", f"The model `{model_id}` does not exist or you do not have access "
+                          "to it.", param="model")
     return Response(orjson.dumps({"id": m.name, "object": "model", "created": registry.created_at,
                                   "owned_by": "hearth"}), media_type="application/json")

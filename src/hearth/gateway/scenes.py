@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearth.errors import HearthError
-from hearth.gateway.tokens import requested_max_tokens
-from hearth.registry.snapshot import Caller, Registry, Scene
+from hearth.registry.snapshot import Caller, Model, Registry, Scene
+from hearth.wire.tokens import requested_max_tokens
 
 
 @dataclass(slots=True, frozen=True)
@@ -72,3 +72,23 @@ def _caller_allows(caller: Caller, model: str) -> bool:
 def _check_caller_allows(caller: Caller, model: str) -> None:
     if not _caller_allows(caller, model):
         raise HearthError("model_not_allowed", f"This caller may not use the model `{model}`.", param="model")
+
+
+def caller_may_see(registry: Registry, caller: Caller, model: Model) -> bool:
+    """Whether ``model`` is one this caller may use: what ``/v1/models`` lists and retrieves.
+
+    Its ``allowed_models`` allowlist first; then, for a chat model and a caller bound to scenes
+    (``allowed_scenes`` or a ``default_scene``: every chat call of it runs in a scene), the model must be
+    one of those scenes' default, allowed or fallback models. Embedding calls have no scene.
+    """
+    if not model.enabled or not _caller_allows(caller, model.name):
+        return False
+    if model.kind != "chat" or (caller.allowed_scenes is None and caller.default_scene is None):
+        return True
+    names = caller.allowed_scenes if caller.allowed_scenes is not None else registry.scenes.keys()
+    for name in names:
+        scene = registry.scenes.get(name)
+        if scene is not None and scene.enabled and (
+                model.name in scene.allowed_models or model.name in scene.fallback_models):
+            return True
+    return False

@@ -1,0 +1,101 @@
+"""``/v1/models`` and ``/v1/models/{id}`` show a caller only the models it may use.
+
+A model outside the caller's ``allowed_models``, or — for a caller bound to scenes (``allowed_scenes``
+or a ``default_scene``) — a chat model in none of its scenes (default, allowed and fallback models),
+is answered exactly as OpenAI answers an unknown model: 404 ``model_not_found``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import gateway_registry
+
+CHAT = ["alpha", "beta", "gamma", "delta"]
+
+
+def _registry(fake: Any, callers: list[dict[str, Any]]) -> dict[str, Any]:
+    registry = gateway_registry([{"name": "ep", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up"},
+                                 {"name": "ep-emb", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up-emb", "capabilities": ["embeddings"]}])
+    registry["models"] = [*({"name": n, "endpoints": ["ep"]} for n in CHAT),
+                          {"name": "emb", "kind": "embedding", "endpoints": ["ep-emb"]},
+                          {"name": "off", "endpoints": ["ep"], "enabled": False}]
+    registry["scenes"] = [
+        {"name": "chat", "default_model": "alpha", "allowed_models": ["beta"], "fallback_models": ["gamma"]},
+        {"name": "batch", "default_model": "delta"},
+    ]
+    registry["callers"] = callers
+    return registry
+
+
+async def _visible(http: Any, server: Any, key: str) -> list[str]:
+    r = await http.get(server.base_url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list"
+    return [m["id"] for m in body["data"]]
+
+
+async def _not_found(http: Any, server: Any, key: str, model: str) -> None:
+    r = await http.get(server.base_url + f"/v1/models/{model}", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 404, r.text
+    assert r.json() == {"error": {"message": f"The model `{model}` does not exist or you do not have access to it.",
+                                  "type": "invalid_request_error", "param": "model", "code": "model_not_found"}}
+
+
+async def _found(http: Any, server: Any, key: str, model: str) -> None:
+    r = await http.get(server.base_url + f"/v1/models/{model}", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == model and r.json()["object"] == "model"
+
+
+async def test_a_caller_without_restrictions_sees_every_enabled_model(fake, hearth_server, http):
+    server = hearth_server(_registry(fake, [{"name": "free", "key": "free-key-123"}]))
+    assert await _visible(http, server, "free-key-123") == sorted([*CHAT, "emb"])
+    await _found(http, server, "free-key-123", "delta")
+    await _not_found(http, server, "free-key-123", "off")
+    await _not_found(http, server, "free-key-123", "nope")
+
+
+async def test_the_allowlist_hides_other_models(fake, hearth_server, http):
+    caller = {"name": "narrow", "key": "narrow-key-1", "allowed_models": ["beta", "emb"]}
+    server = hearth_server(_registry(fake, [caller]))
+    assert await _visible(http, server, "narrow-key-1") == ["beta", "emb"]
+    await _found(http, server, "narrow-key-1", "beta")
+    await _not_found(http, server, "narrow-key-1", "alpha")
+
+
+async def test_allowed_scenes_show_their_models_and_fallbacks(fake, hearth_server, http):
+    server = hearth_server(_registry(fake, [{"name": "scened", "key": "scened-key-1", "allowed_scenes": ["chat"]}]))
+    # chat's default, allowed and fallback models; embeddings have no scene, so they stay visible
+    assert await _visible(http, server, "scened-key-1") == ["alpha", "beta", "emb", "gamma"]
+    await _found(http, server, "scened-key-1", "gamma")
+    await _not_found(http, server, "scened-key-1", "delta")
+
+
+async def test_a_default_scene_with_an_allowlist(fake, hearth_server, http):
+    caller = {"name": "both", "key": "both-key-12", "default_scene": "batch", "allowed_scenes": ["batch"],
+              "allowed_models": ["alpha", "delta"]}
+    server = hearth_server(_registry(fake, [caller]))
+    assert await _visible(http, server, "both-key-12") == ["delta"]
+    await _not_found(http, server, "both-key-12", "alpha")  # allowed by name, but in none of its scenes
+    await _not_found(http, server, "both-key-12", "emb")  # not on its allowlist
+
+
+async def test_models_of_another_caller_are_not_shown_through_the_openai_sdk(fake, hearth_server, http):
+    import openai
+
+    server = hearth_server(_registry(fake, [{"name": "narrow", "key": "narrow-key-1", "allowed_models": ["beta"]}]))
+    client = openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key="narrow-key-1", max_retries=0)
+    try:
+        assert [m.id async for m in client.models.list()] == ["beta"]
+        try:
+            await client.models.retrieve("alpha")
+        except openai.NotFoundError as exc:
+            assert exc.code == "model_not_found"
+        else:
+            raise AssertionError("alpha should not be visible")
+    finally:
+        await client.close()
