@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from hearth.gateway.sse import SSEParser
+from hearth.wire.sse import SSEParser
 from tests.conftest import AUTH, chat_body, gateway_registry
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from hearth.gateway.tokens import prompt_upper_bound
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior
+from hearth.wire.tokens import prompt_upper_bound
 from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
 
 PRICE = 1000.0  # per 1M tokens, in and out: a token costs exactly 1000 micro-units

@@ -11,8 +11,8 @@ import asyncio
 import uuid
 from typing import Any
 
-from hearth.gateway.tokens import prompt_upper_bound
 from hearth.testing.fake_upstream import FakeBehavior, FakeUpstream
+from hearth.wire.tokens import prompt_upper_bound
 from tests.conftest import ADMIN, AUTH, gateway_registry
 
 CAP = 256

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hearth.gateway.sse import SSEEvent, SSEEventTooLarge, SSEParser, encode_event
+from hearth.wire.sse import SSEEvent, SSEEventTooLarge, SSEParser, encode_event
 
 PIECES = ["Hello", " —", " 你好", " world", " 🔥🚀", " café", " ok"]
 

@@ -10,8 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from hearth.gateway.sse import SSEParser
 from hearth.testing.fake_upstream import FakeBehavior
+from hearth.wire.sse import SSEParser
 from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
 
 

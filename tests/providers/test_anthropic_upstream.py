@@ -6,8 +6,8 @@ from typing import Any
 
 import orjson
 
-from hearth.gateway.sse import SSEParser
 from hearth.testing.fake_upstream import reply_text
+from hearth.wire.sse import SSEParser
 from tests.conftest import AUTH, chat_body, gateway_registry
 
 

@@ -20,7 +20,6 @@ import openai
 import orjson
 import pytest
 
-from hearth.gateway.sse import SSEEvent, SSEParser
 from hearth.testing.fake_upstream import (
     CREATED,
     DEFAULT_EMBEDDING_DIMS,
@@ -32,6 +31,7 @@ from hearth.testing.fake_upstream import (
     reply_pieces,
     reply_text,
 )
+from hearth.wire.sse import SSEEvent, SSEParser
 
 USER = [{"role": "user", "content": "hello there"}]  # 11 chars -> 11 // 4 + 1 = 3 prompt tokens
 

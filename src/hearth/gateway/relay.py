@@ -19,8 +19,8 @@ import orjson
 from hearth.errors import UpstreamNetworkError
 from hearth.gateway.call import Call
 from hearth.gateway.context import CallContext
-from hearth.gateway.sse import encode_event
 from hearth.providers.base import UpstreamStream, Usage
+from hearth.wire.sse import encode_event
 
 DONE_FRAME = b"data: [DONE]\n\n"
 

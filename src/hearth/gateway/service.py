@@ -31,17 +31,17 @@ from hearth.gateway.health import HealthBook
 from hearth.gateway.relay import RelayStream
 from hearth.gateway.scenes import Route, plan_route, resolve_scene
 from hearth.gateway.state_recovery import StateRecovery
-from hearth.gateway.tokens import (
-    DEFAULT_COMPLETION_RESERVATION,
-    estimate_messages,
-    prompt_upper_bound,
-    requested_max_tokens,
-)
 from hearth.observability.request_log import RequestLogWriter
 from hearth.providers.base import Provider, UpstreamReply, Usage
 from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
+from hearth.wire.tokens import (
+    DEFAULT_COMPLETION_RESERVATION,
+    estimate_messages,
+    prompt_upper_bound,
+    requested_max_tokens,
+)
 
 T = TypeVar("T")
 Op = Callable[[Model, Endpoint, float], Awaitable[T]]

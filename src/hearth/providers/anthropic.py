@@ -14,8 +14,6 @@ import aiohttp
 import orjson
 
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
-from hearth.gateway.sse import SSEEventTooLarge, SSEParser
-from hearth.gateway.tokens import estimate_text
 from hearth.providers.anthropic_format import (
     MessagesStreamTranslator,
     TranslationError,
@@ -27,6 +25,8 @@ from hearth.providers.anthropic_format import (
 from hearth.providers.base import UpstreamReply, Usage
 from hearth.providers.openai_compat import parse_retry_after
 from hearth.registry.snapshot import Endpoint
+from hearth.wire.sse import SSEEventTooLarge, SSEParser
+from hearth.wire.tokens import estimate_text
 
 API_VERSION = "2023-06-01"
 

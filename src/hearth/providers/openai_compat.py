@@ -15,10 +15,10 @@ import aiohttp
 import orjson
 
 from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
-from hearth.gateway.sse import SSEEventTooLarge, SSEParser
-from hearth.gateway.tokens import estimate_text
 from hearth.providers.base import UpstreamReply, Usage
 from hearth.registry.snapshot import Endpoint
+from hearth.wire.sse import SSEEventTooLarge, SSEParser
+from hearth.wire.tokens import estimate_text
 
 _DONE = b"[DONE]"
 

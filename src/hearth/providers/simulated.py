@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from hearth.gateway.tokens import estimate_messages, estimate_text, requested_max_tokens
 from hearth.providers.base import UpstreamReply, Usage
 from hearth.registry.snapshot import Endpoint
+from hearth.wire.tokens import estimate_messages, estimate_text, requested_max_tokens
 
 FINGERPRINT = "hearth-simulated"
 
