@@ -1,8 +1,9 @@
 """Scene governance: which model a call uses, how many tokens it may ask for, whether it may fall back.
 
 Rules (seed 000): no model given → the scene's default model (the *default route*); a model outside
-the scene's (and the caller's) allowlist → 403 ``model_not_allowed``; ``max_tokens`` above the
-scene's cap → 400 ``scene_max_tokens_exceeded``; without ``max_tokens`` the cap applies. Only the
+the scene's (and the caller's) allowlist → 403 ``model_not_allowed``; any output-limit field
+(``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``) above the scene's cap → 400
+``scene_max_tokens_exceeded`` naming that field; without one the cap applies (the gateway injects it). Only the
 default route may fall back to the scene's fallback models; an explicitly named model never does.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from hearth.errors import HearthError
 from hearth.registry.snapshot import Caller, Model, Registry, Scene
-from hearth.wire.tokens import requested_max_tokens
+from hearth.wire.tokens import OUTPUT_LIMIT_FIELDS, requested_max_tokens
 
 
 @dataclass(slots=True, frozen=True)
@@ -49,10 +50,8 @@ def plan_route(registry: Registry, caller: Caller, scene: Scene | None, body: di
             raise HearthError("invalid_request", "`model` is required when no scene applies.", param="model")
         _check_caller_allows(caller, requested)
         return Route((requested,), None, False, asked)
-    if scene.max_tokens_cap is not None and asked is not None and asked > scene.max_tokens_cap:
-        raise HearthError("scene_max_tokens_exceeded",
-                          f"max_tokens {asked} exceeds the `{scene.name}` scene's cap of {scene.max_tokens_cap}.",
-                          param="max_tokens", details={"cap": scene.max_tokens_cap, "requested": asked})
+    if scene.max_tokens_cap is not None:
+        _check_cap(scene, scene.max_tokens_cap, body)
     effective = asked if asked is not None else scene.max_tokens_cap
     if requested is None:
         _check_caller_allows(caller, scene.default_model)
@@ -63,6 +62,20 @@ def plan_route(registry: Registry, caller: Caller, scene: Scene | None, body: di
                           param="model", details={"allowed": sorted(scene.allowed_models)})
     _check_caller_allows(caller, requested)
     return Route((requested,), scene.name, False, effective)
+
+
+def _check_cap(scene: Scene, cap: int, body: dict[str, Any]) -> None:
+    """Every output-limit field the request names must be a count within the cap."""
+    for key in OUTPUT_LIMIT_FIELDS:
+        value = body.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise HearthError("invalid_request", f"`{key}` must be a positive integer.", param=key)
+        if value > cap:
+            raise HearthError("scene_max_tokens_exceeded",
+                              f"{key} {value} exceeds the `{scene.name}` scene's cap of {cap}.",
+                              param=key, details={"cap": cap, "requested": value})
 
 
 def _caller_allows(caller: Caller, model: str) -> bool:

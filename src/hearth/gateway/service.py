@@ -146,7 +146,10 @@ class Gateway:
                             if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
         ctx.scene = route.scene
         ctx.effective_max_tokens = route.effective_max_tokens
-        if route.effective_max_tokens is not None and requested_max_tokens(body) is None:
+        if route.effective_max_tokens is not None and body.get("max_tokens") is None \
+                and body.get("max_completion_tokens") is None:
+            # the limit always reaches the upstream under a name it reads; the provider renames it to the
+            # endpoint's ``max_tokens_field`` (the endpoint is chosen after planning)
             body = {**body, "max_tokens": route.effective_max_tokens}
         return route, models, body
 

@@ -173,6 +173,9 @@ class OpenAICompatProvider:
         return resp
 
     async def _json_call(self, path: str, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+        if ep.max_tokens_field != "max_tokens" and "max_tokens" in body:  # the endpoint reads the other name
+            body = dict(body)
+            body.setdefault(ep.max_tokens_field, body.pop("max_tokens"))
         payload = orjson.dumps({**body, "model": ep.upstream_model})
         resp = await self._post(ep.base_url + path, ep, payload, aiohttp.ClientTimeout(total=timeout_s))
         try:
@@ -199,6 +202,9 @@ class OpenAICompatProvider:
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
                           idle_timeout_s: float) -> OpenAIStream:
+        if ep.max_tokens_field != "max_tokens" and "max_tokens" in body:  # the endpoint reads the other name
+            body = dict(body)
+            body.setdefault(ep.max_tokens_field, body.pop("max_tokens"))
         opts = body.get("stream_options")
         wants_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         upstream_body = {**body, "model": ep.upstream_model,

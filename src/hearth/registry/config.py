@@ -56,6 +56,10 @@ class EndpointSpec(_Strict):
     priority: int = 0
     timeout_s: float = Field(default=60.0, gt=0)
     capabilities: list[Capability] = Field(default_factory=lambda: list[Capability](["chat", "streaming"]))
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
+        default="max_tokens", description="the name this upstream reads for the output limit: a scene's "
+        "injected cap and a caller's `max_tokens` are sent under it (OpenAI's reasoning models read only "
+        "`max_completion_tokens`)")
     enabled: bool = True
 
     @field_validator("base_url")
@@ -73,6 +77,9 @@ class ModelSpec(_Strict):
     endpoints: list[RegistryName] = Field(min_length=1)
     kind: Literal["chat", "embedding"] = "chat"
     description: str | None = None
+    expose_upstream_model: bool = Field(
+        default=False, description="answers show the upstream's own model name in `model` (by default they "
+        "show this public name; the upstream's is always in the `x-hearth-upstream-model` header)")
     enabled: bool = True
 
 

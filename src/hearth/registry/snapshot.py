@@ -39,6 +39,7 @@ class Endpoint:
     capabilities: frozenset[str] = frozenset({"chat", "streaming"})
     enabled: bool = True
     disabled_reason: str | None = None
+    max_tokens_field: str = "max_tokens"  # or "max_completion_tokens": the name the upstream reads
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,6 +49,7 @@ class Model:
     endpoints: tuple[Endpoint, ...]
     description: str | None = None
     enabled: bool = True
+    expose_upstream_model: bool = False  # answers' `model` shows the upstream's name instead of this one
 
 
 @dataclass(slots=True, frozen=True)

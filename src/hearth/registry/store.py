@@ -121,7 +121,8 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) 
             for ep in m.endpoints:
                 await _check_exists(conn, endpoints, ep, "endpoint", m.name)
             await _upsert(conn, models, {"name": m.name},
-                          {"description": m.description, "kind": m.kind, "enabled": m.enabled},
+                          {"description": m.description, "kind": m.kind, "enabled": m.enabled,
+                           "expose_upstream_model": m.expose_upstream_model},
                           f"model:{m.name}", report)
             current = set((await conn.execute(select(model_pool_members.c.endpoint).where(
                 model_pool_members.c.model == m.name))).scalars())
@@ -279,13 +280,15 @@ async def load_registry(engine: AsyncEngine, vault: KeyVault) -> Registry:
                 max_concurrency=r["max_concurrency"], rpm=r["rpm"], tpm=r["tpm"], weight=r["weight"],
                 priority=r["priority"], timeout_s=r["timeout_s"], capabilities=frozenset(r["capabilities"]),
                 enabled=bool(r["enabled"] and p["enabled"]),
-                disabled_reason=r["disabled_reason"] or (None if p["enabled"] else "provider disabled"))
+                disabled_reason=r["disabled_reason"] or (None if p["enabled"] else "provider disabled"),
+                max_tokens_field=r["max_tokens_field"])
         pools: dict[str, list[Endpoint]] = {}
         for r in (await conn.execute(select(model_pool_members).order_by(
                 model_pool_members.c.model, model_pool_members.c.endpoint))).mappings():
             pools.setdefault(r["model"], []).append(eps[r["endpoint"]])
         mods = {r["name"]: Model(name=r["name"], kind=r["kind"], endpoints=tuple(pools.get(r["name"], [])),
-                                 description=r["description"], enabled=r["enabled"])
+                                 description=r["description"], enabled=r["enabled"],
+                                 expose_upstream_model=bool(r["expose_upstream_model"]))
                 for r in (await conn.execute(select(models))).mappings()}
         prs = {r["model"]: Price(model=r["model"], input_per_1m=r["input_per_1m"],
                                  output_per_1m=r["output_per_1m"], currency=r["currency"])

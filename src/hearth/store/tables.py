@@ -17,6 +17,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 metadata = MetaData()
@@ -67,6 +68,8 @@ endpoints = Table(
     Column("enabled", Boolean, nullable=False, default=True),
     Column("disabled_reason", Text, nullable=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # 0005: the name the upstream reads for the output limit
+    Column("max_tokens_field", String(32), nullable=False, default="max_tokens", server_default="max_tokens"),
 )
 
 models = Table(
@@ -76,6 +79,8 @@ models = Table(
     Column("kind", String(32), nullable=False, default="chat"),  # chat | embedding
     Column("enabled", Boolean, nullable=False, default=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # 0005: answers show the upstream's model name instead of the public one
+    Column("expose_upstream_model", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 model_pool_members = Table(

@@ -50,9 +50,19 @@ def estimate_messages(messages: Any) -> int:
     return total
 
 
+# Every name a request may give its output limit: OpenAI's old and new spellings and the Responses-style one
+# some compatible servers read. A scene's cap is checked against each of them.
+OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
 def requested_max_tokens(body: dict[str, Any]) -> int | None:
-    value = body.get("max_completion_tokens", body.get("max_tokens"))
-    return value if isinstance(value, int) and value > 0 else None
+    """The largest output limit the request names in any of its fields (None when it names none)."""
+    best: int | None = None
+    for key in OUTPUT_LIMIT_FIELDS:
+        value = body.get(key)
+        if isinstance(value, int) and value > 0 and (best is None or value > best):
+            best = value
+    return best
 
 
 def prompt_upper_bound(body: dict[str, Any], image_tokens: int = IMAGE_TOKENS_BOUND) -> int:
