@@ -7,6 +7,7 @@ they raise :class:`HearthError` with a code from :data:`CATALOG`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +95,18 @@ class HearthError(Exception):
         self.retry_after = retry_after
         self.param = param
         self.status = status or spec.status
+        # Retry steering (``x-should-retry``): the catalog's verdict, which the gateway may narrow —
+        # ``failed_over`` once it spent its own attempts (a client retry would only multiply them),
+        # ``retryable`` for a case the catalog cannot foresee (no endpoint left to try at all).
+        self.retryable = spec.retryable
+        self.failed_over = False
         super().__init__(f"{code}: {self.message}")
+
+    @property
+    def should_retry(self) -> bool:
+        """What ``x-should-retry`` tells the client: a retry of the same request can succeed and
+        Hearth has not already made it (failed over to another endpoint or model)."""
+        return self.retryable and not self.failed_over
 
     def openai_body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.spec.openai_type, "param": self.param,
@@ -106,9 +118,18 @@ class HearthError(Exception):
                           "request_id": request_id}}
 
     def headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"Retry-After": str(max(1, int(self.retry_after + 0.999)))}
+        """``x-should-retry`` always; with a known wait, ``Retry-After`` in whole seconds (rounded
+        up, at least 1) and ``retry-after-ms`` with the exact value (SDKs prefer it)."""
+        h = {"x-should-retry": "true" if self.should_retry else "false"}
+        if self.retry_after is not None:
+            h.update(retry_after_headers(self.retry_after))
+        return h
+
+
+def retry_after_headers(seconds: float) -> dict[str, str]:
+    """``Retry-After`` (whole seconds, rounded up, at least 1) and ``retry-after-ms`` (exact)."""
+    ms = max(0, math.ceil(round(seconds * 1000, 3)))
+    return {"Retry-After": str(max(1, math.ceil(ms / 1000))), "retry-after-ms": str(ms)}
 
 
 class UpstreamHTTPError(Exception):

@@ -13,6 +13,7 @@ from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.observability.logging import get_logger
 
 log = get_logger("hearth.api")
+NO_RETRY = {"x-should-retry": "false"}
 
 
 def _is_openai_route(request: Request) -> bool:
@@ -20,14 +21,18 @@ def _is_openai_route(request: Request) -> bool:
 
 
 def render_error(request: Request, exc: HearthError) -> Response:
+    """The error answer, with ``x-should-retry`` (and ``Retry-After``/``retry-after-ms`` when the
+    wait is known): the official SDKs obey it, so a call Hearth already failed over is not re-sent."""
     body = exc.openai_body() if _is_openai_route(request) else exc.envelope(request_id(request))
     return Response(orjson.dumps(body), status_code=exc.status, media_type="application/json",
                     headers=exc.headers())
 
 
 def relayed_error(exc: UpstreamHTTPError) -> Response:
-    """A caller mistake the upstream caught (e.g. 400 context too long): returned as is."""
-    return Response(orjson.dumps(exc.body), status_code=exc.status, media_type="application/json")
+    """A caller mistake the upstream caught (e.g. 400 context too long): returned as is, and marked
+    not worth retrying (the same request would be refused again)."""
+    return Response(orjson.dumps(exc.body), status_code=exc.status, media_type="application/json",
+                    headers=NO_RETRY)
 
 
 def install_error_handlers(app: FastAPI) -> None:

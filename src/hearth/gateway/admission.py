@@ -3,6 +3,10 @@
 Each candidate's endpoint scope and quota-group scope are acquired together in the state backend.
 If every candidate is full, the request waits for a release up to ``admission_wait_s`` (bounded by
 the call's deadline), then gets 429 ``capacity_exhausted``. A backend fault fails closed: 503.
+
+Every refusal tells the caller truthfully when a retry can succeed (``Retry-After``): the end of the
+RPM/TPM window or of a cooldown as the state backend holds it, the remaining cooldown or open
+breaker time from the :class:`~hearth.gateway.health.HealthBook` — never a made-up constant.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, .
         choices = candidates()
         if not choices:
             raise _nothing_routable(pool, health, now)
-        refusals: list[Refusal] = []
+        refusals: list[tuple[Endpoint, Refusal]] = []
         for ep in choices:
             try:
                 result = await state.acquire(new_id(), scopes_for(ep), tokens, lease_ttl_s,
@@ -68,31 +72,53 @@ async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, .
             if result.lease is not None:
                 return Admitted(ep, result.lease)
             assert result.refusal is not None
-            refusals.append(result.refusal)
+            refusals.append((ep, result.refusal))
             if result.refusal.limit == "cooldown":
                 health.cool_down(ep.name, now + result.refusal.retry_after_s)
         remaining = give_up - time.monotonic()
         if remaining <= 0:
-            raise _capacity_error(refusals)
+            raise _capacity_error(refusals, health, wait_s)
         await state.wait_for_release(min(remaining, 0.25))
 
 
-def _capacity_error(refusals: list[Refusal]) -> HearthError:
-    if refusals and all(r.limit == "cooldown" for r in refusals):
-        wait = min(r.retry_after_s for r in refusals)
+def pool_ready_in(pool: tuple[Endpoint, ...], health: HealthBook, now: float) -> float | None:
+    """Seconds until some enabled endpoint of ``pool`` may be routed to again (0.0: one may now);
+    None if that depends only on half-open probes in flight, or nothing is enabled."""
+    waits = [w for e in pool if e.enabled and (w := health.ready_in(e.name, now)) is not None]
+    return min(waits) if waits else None
+
+
+def _capacity_error(refusals: list[tuple[Endpoint, Refusal]], health: HealthBook, waited_s: float) -> HearthError:
+    if refusals and all(r.limit == "cooldown" for _, r in refusals):
+        wait = min(r.retry_after_s for _, r in refusals)  # the state backend's remaining cooldown TTL
         return HearthError("upstream_rate_limited", "Every endpoint of the model is cooling down after 429s.",
                            retry_after=wait)
-    waits = [r.retry_after_s for r in refusals if r.retry_after_s > 0]
-    limits = sorted({r.limit for r in refusals})
+    waits = [_refusal_wait(ep, r, health, waited_s) for ep, r in refusals]
+    limits = sorted({r.limit for _, r in refusals})
     return HearthError("capacity_exhausted", details={"limits": limits},
-                       retry_after=min(waits) if waits else 1.0)
+                       retry_after=min(waits) if waits else None)
+
+
+def _refusal_wait(ep: Endpoint, refusal: Refusal, health: HealthBook, waited_s: float) -> float:
+    """When the refused slot can be expected: the backend knows it for windows and cooldowns; a
+    concurrency slot frees when a call in flight ends — about the endpoint's usual call latency,
+    or, before any is known, no sooner than the wait for a release that just went unanswered."""
+    if refusal.retry_after_s > 0:
+        return refusal.retry_after_s
+    latency_s = health.get(ep.name).latency_ms / 1000
+    return latency_s if latency_s > 0 else waited_s
 
 
 def _nothing_routable(pool: tuple[Endpoint, ...], health: HealthBook, now: float) -> HearthError:
-    """No endpoint may be tried now: say whether that is rate limiting (429) or ill health (503)."""
-    cooling = [health.get(e.name).cooldown_until - now for e in pool
-               if e.enabled and health.get(e.name).cooldown_until > now]
-    if cooling and len(cooling) == sum(1 for e in pool if e.enabled):
+    """No endpoint may be tried now: say whether that is rate limiting (429) or ill health (503),
+    and when the first endpoint will be routable again (a cooldown's end, a half-open probe)."""
+    enabled = [e for e in pool if e.enabled]
+    if not enabled:
+        err = HearthError("no_healthy_endpoint", "Every endpoint of the model is disabled.")
+        err.retryable = False  # an operator must enable one: a retry cannot help
+        return err
+    cooling = [health.get(e.name).cooldown_until - now for e in enabled if health.get(e.name).cooldown_until > now]
+    if cooling and len(cooling) == len(enabled):
         return HearthError("upstream_rate_limited", "Every endpoint of the model is cooling down after 429s.",
                            retry_after=min(cooling))
-    return HearthError("no_healthy_endpoint", retry_after=5)
+    return HearthError("no_healthy_endpoint", retry_after=pool_ready_in(pool, health, now))

@@ -11,6 +11,11 @@ All attempts share the call's absolute deadline and at most ``max_attempts`` end
 models (a scene's fallbacks) :func:`run_with_fallback` moves on only for retryable failures and
 only on the default route. The loop holds no resource itself: each attempt's endpoint lease
 belongs to the :class:`~hearth.gateway.call.Call`, which gives it back when the attempt fails.
+
+The error that ends the loop steers the client's own retries: once more than one attempt was made
+(or a fallback model was used) it is marked ``failed_over`` — ``x-should-retry: false``, since an
+SDK retrying on top would multiply the load on a pool Hearth already walked — and its
+``Retry-After`` is the real time until an endpoint of the pool is routable again.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
-from hearth.gateway.admission import Admitted, admit, cooldown_key
+from hearth.gateway.admission import Admitted, admit, cooldown_key, pool_ready_in
 from hearth.gateway.call import Call
+from hearth.gateway.health import HealthBook
 from hearth.gateway.router import order_candidates
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Endpoint, Model
@@ -65,6 +71,8 @@ async def run_with_fallback(call: Call, policy: AttemptPolicy, models: list[Mode
         except HearthError as exc:
             last = exc
     assert last is not None
+    if ctx.attempts > 1 or ctx.fallback_used:
+        last.failed_over = True
     raise last
 
 
@@ -102,7 +110,7 @@ async def run_attempts(call: Call, policy: AttemptPolicy, model: Model, op: Op[T
                 log.warning("circuit_opened", endpoint=ep.name, reason=str(exc))
             await call.attempt_ended(verdict_given=True)
             last = exc
-    raise final_error(last)
+    raise final_error(last, health, model.endpoints, time.time())
 
 
 async def _retryable_http(call: Call, policy: AttemptPolicy, ep: Endpoint, exc: UpstreamHTTPError) -> bool:
@@ -136,13 +144,16 @@ async def _shared_cooldown(call: Call, ep: Endpoint, seconds: float) -> None:
         log.warning("cooldown_not_shared", endpoint=ep.name)
 
 
-def final_error(last: Exception | None) -> HearthError:
+def final_error(last: Exception | None, health: HealthBook, pool: tuple[Endpoint, ...], now: float) -> HearthError:
+    """The caller's error once the attempts ran out, with the truth about when to come back."""
     if isinstance(last, UpstreamHTTPError):
-        if last.status == 429:
-            return HearthError("upstream_rate_limited", retry_after=last.retry_after or 1)
-        if last.status in (401, 403):
-            return HearthError("upstream_auth_failed")
-        return HearthError("upstream_error", f"The upstream provider failed with status {last.status}.")
+        if last.status == 429:  # the endpoints' cooldowns are set by now: when does the first end?
+            wait = pool_ready_in(pool, health, now)
+            return HearthError("upstream_rate_limited", retry_after=wait if wait is not None else last.retry_after)
+        if last.status in (401, 403):  # this endpoint is out for AUTH_DISABLE_S; maybe not the others
+            return HearthError("upstream_auth_failed", retry_after=pool_ready_in(pool, health, now))
+        return HearthError("upstream_error", f"The upstream provider failed with status {last.status}.",
+                           retry_after=last.retry_after)  # e.g. a 503's own Retry-After
     if isinstance(last, UpstreamNetworkError):
         if last.timeout:
             return HearthError("upstream_timeout")

@@ -106,6 +106,21 @@ class HealthBook:
             return True
         return False
 
+    def ready_in(self, name: str, now: float) -> float | None:
+        """Seconds until routing may choose this endpoint again: 0.0 if it may now, else the longer
+        of its cooldown and its open breaker's remaining time (when the half-open probe is due);
+        None while a half-open probe is in flight (it is ready when the probe ends, at no known time)."""
+        h = self._book.get(name)
+        if h is None:
+            return 0.0
+        wait = max(0.0, h.cooldown_until - now)
+        state = h.state(now)
+        if state == "open":
+            wait = max(wait, h.open_until - now)
+        elif state == "half_open" and h.probe_in_flight and wait == 0.0:
+            return None
+        return wait
+
     def released_probe(self, name: str) -> None:
         """A probe that ended without a verdict (e.g. a 400) frees the half-open slot."""
         self.get(name).probe_in_flight = False

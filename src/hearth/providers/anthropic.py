@@ -125,7 +125,7 @@ class AnthropicProvider:
             finally:
                 resp.release()
             raise UpstreamHTTPError(resp.status, anthropic_error_to_openai(resp.status, raw),
-                                    parse_retry_after(resp.headers.get("Retry-After")))
+                                    parse_retry_after(resp.headers))
         return resp
 
     async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:

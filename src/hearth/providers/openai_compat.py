@@ -8,7 +8,11 @@ to check each event is JSON), so callers see exactly what the upstream sent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
@@ -23,13 +27,38 @@ from hearth.wire.tokens import estimate_text
 _DONE = b"[DONE]"
 
 
-def parse_retry_after(value: str | None) -> float | None:
+_DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+MAX_RETRY_AFTER_S = 86_400.0  # a day: a larger (or absurd) value is capped, not trusted verbatim
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """How long an upstream's 429/503 asks us to wait, in seconds; None if it does not say.
+
+    ``retry-after-ms`` (OpenAI's, exact) is preferred when present and valid; else ``Retry-After``
+    as delta-seconds or an HTTP-date (RFC 9110; a date in the past means 0). ``headers`` is looked
+    up case-insensitively when it is aiohttp's multidict; ``now`` (epoch seconds) is for tests."""
+    ms = _number(headers.get("retry-after-ms"))
+    if ms is not None:
+        return min(ms / 1000, MAX_RETRY_AFTER_S)
+    value = (headers.get("Retry-After") or "").strip()
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
+    seconds = _number(value)
+    if seconds is None:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # RFC 9110 dates are GMT; an obsolete form may parse naive
+            when = when.replace(tzinfo=UTC)
+        seconds = max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
+def _number(value: str | None) -> float | None:
+    if value is None or not _DELTA_SECONDS.fullmatch(value := value.strip()):
         return None
+    return float(value)
 
 
 def upstream_error_body(status: int, raw: bytes) -> dict[str, Any]:
@@ -169,7 +198,7 @@ class OpenAICompatProvider:
             finally:
                 resp.release()
             raise UpstreamHTTPError(resp.status, upstream_error_body(resp.status, raw),
-                                    parse_retry_after(resp.headers.get("Retry-After")))
+                                    parse_retry_after(resp.headers))
         return resp
 
     async def _json_call(self, path: str, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
