@@ -99,3 +99,59 @@ async def test_models_of_another_caller_are_not_shown_through_the_openai_sdk(fak
             raise AssertionError("alpha should not be visible")
     finally:
         await client.close()
+
+
+# ---- the answer's `model` is the public name ----------------------------------------------------------
+
+
+def _named_registry(fake: Any) -> dict[str, Any]:
+    registry = _registry(fake, [{"name": "free", "key": "free-key-123"}])
+    registry["endpoints"].append({"name": "ep-same", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "alpha"})
+    registry["models"] = [{"name": "alpha", "endpoints": ["ep"]},
+                          {"name": "beta", "endpoints": ["ep"], "expose_upstream_model": True},
+                          {"name": "same", "endpoints": ["ep-same"]},
+                          {"name": "emb", "kind": "embedding", "endpoints": ["ep-emb"]}]
+    registry["scenes"] = []
+    return registry
+
+
+async def _post(http: Any, server: Any, path: str, body: dict[str, Any]) -> Any:
+    r = await http.post(server.base_url + path, json=body, headers={"Authorization": "Bearer free-key-123"})
+    assert r.status_code == 200, r.text
+    return r
+
+
+async def test_answers_show_the_public_model_name_and_the_upstream_one_in_a_header(fake, hearth_server, http):
+    server = hearth_server(_named_registry(fake))
+    messages = [{"role": "user", "content": 'say "model": "up" please'}]
+    r = await _post(http, server, "/v1/chat/completions", {"model": "alpha", "messages": messages})
+    assert fake.stats.last_body["model"] == "up"
+    assert r.json()["model"] == "alpha" and r.headers["x-hearth-upstream-model"] == "up"
+    assert r.json()["choices"][0]["message"]["content"]  # the rest of the answer is intact
+    r = await _post(http, server, "/v1/embeddings", {"model": "emb", "input": ["a", "b"]})
+    assert r.json()["model"] == "emb" and r.headers["x-hearth-upstream-model"] == "up-emb"
+    assert len(r.json()["data"]) == 2
+
+
+async def test_a_model_may_expose_its_upstream_name(fake, hearth_server, http):
+    server = hearth_server(_named_registry(fake))
+    one = [{"role": "user", "content": "x"}]
+    r = await _post(http, server, "/v1/chat/completions", {"model": "beta", "messages": one})
+    assert r.json()["model"] == "up" and r.headers["x-hearth-upstream-model"] == "up"
+    r = await _post(http, server, "/v1/chat/completions", {"model": "same", "messages": one})
+    assert r.json()["model"] == "same" and r.headers["x-hearth-upstream-model"] == "alpha"
+
+
+def test_the_model_field_is_rewritten_in_any_json_layout() -> None:
+    import orjson
+
+    from hearth.api.openai import public_model_body
+
+    spaced = b'{"id": "x",\n  "model" :  "up-\\"q\\"", "choices": [{"text": "\\"model\\": \\"up\\""}]}'
+    assert orjson.loads(public_model_body(spaced, "pub")) == {
+        "id": "x", "model": "pub", "choices": [{"text": '"model": "up"'}]}
+    nested = b'{"model":"up","meta":{"model":"inner"}}'  # twice: parsed, only the top level is changed
+    assert orjson.loads(public_model_body(nested, "pub")) == {"model": "pub", "meta": {"model": "inner"}}
+    assert public_model_body(b'{"id":"x"}', "pub") == b'{"id":"x"}'
+    assert orjson.loads(public_model_body(b'{"model":null}', "pub")) == {"model": "pub"}
