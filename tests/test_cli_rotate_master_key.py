@@ -17,8 +17,8 @@ import httpx
 import yaml
 from sqlalchemy import select
 
-from hearth.auth.callers import signing_key_context
 from hearth.auth.signing import signed_headers
+from hearth.registry.callers import signing_key_context
 from hearth.registry.key_vault import KeyVault, KeyVaultError, parse_master_key
 from hearth.registry.store import load_registry
 from hearth.settings import Settings

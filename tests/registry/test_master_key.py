@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hearth.auth.callers import signing_key_context
+from hearth.registry.callers import signing_key_context
 from hearth.registry.config import RegistrySpec
 from hearth.registry.key_vault import KeyVault, KeyVaultError, parse_master_key
 from hearth.registry.store import apply_registry, current_version, load_registry, rotate_master_key

@@ -23,8 +23,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.auth import callers as caller_store
 from hearth.errors import HearthError
+from hearth.registry import callers as caller_store
 from hearth.registry.config import CallerSpec, RegistrySpec
 from hearth.registry.key_vault import KeyVault
 from hearth.registry.store import ApplyReport, apply_registry, bump_version

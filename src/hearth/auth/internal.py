@@ -12,7 +12,7 @@ for everyone), the request must carry a valid ``X-Timestamp``/``X-Nonce``/``X-Si
 with the caller's signing key (else the global ``HEARTH_SIGNATURE_KEY``); a nonce is accepted once.
 That holds for body-less GET routes too (:func:`hearth.api.deps.authenticate_caller`). A caller
 whose stored signing key cannot be decrypted never gets here as "a caller without a key": loading
-the registry fails instead (:func:`hearth.auth.callers.decrypt_signing_key`), so nobody is switched
+the registry fails instead (:func:`hearth.registry.callers.decrypt_signing_key`), so nobody is switched
 to the global key.
 """
 

@@ -16,8 +16,8 @@ from sqlalchemy import Table, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.auth.callers import decrypt_signing_key, load_callers, rewrap_signing_keys, upsert_caller
 from hearth.errors import HearthError
+from hearth.registry.callers import decrypt_signing_key, load_callers, rewrap_signing_keys, upsert_caller
 from hearth.registry.config import RegistrySpec
 from hearth.registry.key_vault import KeyVault, mask_key
 from hearth.registry.snapshot import MICRO, Budget, Endpoint, Model, Price, QuotaGroup, Registry, Scene

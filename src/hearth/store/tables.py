@@ -98,7 +98,7 @@ prices = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
-# owner: hearth.auth.callers
+# owner: hearth.registry.callers
 callers = Table(
     "callers", metadata,
     Column("name", String(128), primary_key=True),
