@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.responses import ORJSONResponse
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp
 
 from hearth import __version__
 from hearth.api import admin, budgets, callers_admin, health, openai, request_logs
@@ -46,12 +48,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+# What a browser caller may read of an answer: request ids, routing, budgets, retry advice, upstream limits.
+CORS_EXPOSED_HEADERS = ("x-request-id", "x-hearth-endpoint", "x-hearth-attempts", "x-hearth-model",
+                        "x-hearth-upstream-model", "x-hearth-budget", "x-hearth-budget-remaining",
+                        "x-hearth-budget-unit", "x-should-retry", "retry-after", "retry-after-ms",
+                        "x-ratelimit-limit-requests", "x-ratelimit-limit-tokens", "x-ratelimit-remaining-requests",
+                        "x-ratelimit-remaining-tokens", "x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
+
+
 def create_asgi(settings: Settings | None = None) -> RequestIdMiddleware:
-    """What uvicorn serves: request ids around the hot OpenAI routes, FastAPI for the rest."""
-    return RequestIdMiddleware(HotPathApp(create_app(settings)))
+    """What uvicorn serves: request ids around the hot OpenAI routes, FastAPI for the rest.
+
+    With ``cors_origins`` configured, CORS wraps the whole app — the hot routes too, preflights included
+    (inside the request ids, so a refused preflight has one as well). Browsers send the API key as
+    ``Authorization``, not as a cookie, so credentials mode is not enabled.
+    """
+    resolved = settings or load_settings()
+    inner: ASGIApp = HotPathApp(create_app(resolved))
+    if resolved.cors_origins:
+        inner = CORSMiddleware(inner, allow_origins=resolved.cors_origins, allow_methods=["*"], allow_headers=["*"],
+                               expose_headers=list(CORS_EXPOSED_HEADERS), max_age=600)
+    return RequestIdMiddleware(inner)
 
 
 def fastapi_app(asgi: RequestIdMiddleware) -> FastAPI:
     app = asgi.app
+    if isinstance(app, CORSMiddleware):
+        app = app.app
     assert isinstance(app, HotPathApp)
     return app.api

@@ -8,11 +8,11 @@ in the same YAML file and applied to the database; see :mod:`hearth.registry.con
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -67,6 +67,17 @@ class Settings(BaseSettings):
     request_log_flush_s: float = Field(default=0.5, gt=0)
 
     registry_refresh_s: float = Field(default=5.0, gt=0, description="how often to pick up other processes' changes")
+
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="browser origins allowed to call Hearth (CORS), comma-separated "
+        "in the environment, e.g. `https://console.example.com`; `*` allows any; empty: no CORS headers")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        return value
 
     @classmethod
     def settings_customise_sources(
