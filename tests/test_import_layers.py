@@ -49,6 +49,11 @@ FOUNDATION: tuple[str, ...] = (
     "hearth.observability.logging",
 )
 
+# The call core knows nothing of HTTP serving: status codes, headers and responses are api/'s business.
+NO_WEB_FRAMEWORK: tuple[str, ...] = ("hearth.gateway", "hearth.providers", "hearth.wire", "hearth.registry",
+                                     "hearth.state", "hearth.store")
+WEB_FRAMEWORKS: tuple[str, ...] = ("fastapi", "starlette", "uvicorn")
+
 # (importing module, imported module) pairs that break the contract, each with the reason it is
 # tolerated for now. Keep this empty; an entry that no longer occurs fails the test.
 ALLOWED: dict[tuple[str, str], str] = {}
@@ -236,6 +241,22 @@ def test_no_import_cycle_between_packages() -> None:
 def test_layering_contract() -> None:
     problems = [v for imp in IMPORTS if (imp.source, imp.target) not in ALLOWED and (v := _violation(imp))]
     assert not problems, "imports against the layering contract (see LAYERS in this file):\n" + "\n".join(problems)
+
+
+def test_the_core_imports_no_web_framework() -> None:
+    found = []
+    for module, path in MODULES.items():
+        if not any(_within(module, box) for box in NO_WEB_FRAMEWORK):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{module}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in WEB_FRAMEWORKS]
+    assert not found, "HTTP serving belongs in hearth.api:\n" + "\n".join(found)
 
 
 def test_allowlist_is_current() -> None:
