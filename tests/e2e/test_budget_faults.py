@@ -51,6 +51,7 @@ from tests.gateway.test_budgets import MAX_TOKENS, budget_registry, reservation_
 N = 9  # reservations the budget affords
 BURST = 500
 RECOVERY_S = 5.0  # service must be back this long after a fault ends
+LOG_LEVEL = os.environ.get("HEARTH_TEST_LOG_LEVEL", "warning")  # info, to read the processes' logs
 SETTLE_S = 5.0  # how long the counters may take to agree with the ledger once calls are done
 LEASE_TTL_S = 5
 BUDGETED = "hello"  # message content of the budgeted caller's calls (how the fake tells callers apart)
@@ -137,7 +138,7 @@ def fault_registry(fake: FakeUpstream, max_concurrency: int = 1000) -> dict[str,
 def gateway_env(tmp_path: Path, registry: dict[str, Any], postgres_url: str, redis: RedisServer) -> dict[str, Any]:
     return {"HEARTH_CONFIG": write_config(tmp_path / "hearth.yaml", registry), "HEARTH_DATABASE_URL": postgres_url,
             "HEARTH_STATE_BACKEND": "redis", "HEARTH_REDIS_URL": redis.url, "HEARTH_REDIS_PREFIX": "hearth-faults:",
-            "HEARTH_MASTER_KEY": MASTER_KEY, "HEARTH_ADMIN_TOKEN": "admin-token-xyz", "HEARTH_LOG_LEVEL": os.environ.get("HEARTH_TEST_LOG_LEVEL", "warning"),
+            "HEARTH_MASTER_KEY": MASTER_KEY, "HEARTH_ADMIN_TOKEN": "admin-token-xyz", "HEARTH_LOG_LEVEL": LOG_LEVEL,
             "HEARTH_LEASE_TTL_S": LEASE_TTL_S}
 
 

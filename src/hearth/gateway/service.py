@@ -84,7 +84,7 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
                 return await self.providers[ep.kind].chat(ep, body, timeout_s)
 
-            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body, self.settings.budget_image_tokens), op)
+            reply = await self._run(call, route, models, estimate, self._bound(body), op)
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -98,7 +98,7 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
                 return await self.providers[ep.kind].embeddings(ep, body, timeout_s)
 
-            reply = await self._run(call, route, models, estimate, prompt_upper_bound(body, self.settings.budget_image_tokens), op, completion=0)
+            reply = await self._run(call, route, models, estimate, self._bound(body), op, completion=0)
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -116,7 +116,7 @@ class Gateway:
                     raise HearthError("unsupported_feature", f"Endpoint of `{model.name}` cannot stream.")
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s)
 
-            upstream = await self._run(call, route, models, estimate, prompt_upper_bound(body, self.settings.budget_image_tokens), op)
+            upstream = await self._run(call, route, models, estimate, self._bound(body), op)
         except BaseException as exc:
             await call.fail(exc)
             raise
@@ -124,6 +124,9 @@ class Gateway:
         return RelayStream(call, upstream, estimate)
 
     # ---- steps ----------------------------------------------------------------------------------------
+    def _bound(self, body: dict[str, Any]) -> int:
+        return prompt_upper_bound(body, self.settings.budget_image_tokens)
+
     def _call(self, ctx: CallContext) -> Call:
         timeout = self.settings.request_timeout_s
         if ctx.timeout_s is not None:
