@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
-from fastapi import FastAPI
-from fastapi.responses import ORJSONResponse
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, ORJSONResponse
 from starlette.middleware.cors import CORSMiddleware
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from hearth import __version__
@@ -37,8 +41,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await rt.stop()
 
     app = FastAPI(title="Hearth", version=__version__, lifespan=lifespan, default_response_class=ORJSONResponse,
-                  description="Self-hosted AI capability service: OpenAI-compatible gateway, admin and logs.")
+                  description="Self-hosted AI capability service: OpenAI-compatible gateway, admin and logs.",
+                  docs_url=None, redoc_url=None)  # FastAPI's pages load their scripts from a CDN
     install_error_handlers(app)
+    _install_offline_docs(app)
     app.include_router(health.router)
     app.include_router(openai.router)
     app.include_router(callers_admin.router)  # before admin.router: its /{kind} routes would claim /callers
@@ -46,6 +52,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(request_logs.router)
     app.include_router(budgets.router)
     return app
+
+
+def _install_offline_docs(app: FastAPI) -> None:
+    """``/docs``: Swagger UI (5.x, which reads OpenAPI 3.1) from the ``swagger-ui-py`` package's own files,
+    served under ``/docs/assets``, so the page works on a machine without internet access."""
+    spec = importlib.util.find_spec("swagger_ui")  # located, not imported: only its static files are used
+    assert spec is not None and spec.submodule_search_locations, "swagger-ui-py is a dependency"
+    app.mount("/docs/assets", StaticFiles(directory=Path(spec.submodule_search_locations[0]) / "static"),
+              name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        return get_swagger_ui_html(openapi_url=f"{root}{app.openapi_url}", title="Hearth — API",
+                                   swagger_js_url=f"{root}/docs/assets/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{root}/docs/assets/swagger-ui.css",
+                                   swagger_favicon_url=f"{root}/docs/assets/favicon-32x32.png")
 
 
 # What a browser caller may read of an answer: request ids, routing, budgets, retry advice, upstream limits.
