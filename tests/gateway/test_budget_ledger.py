@@ -16,7 +16,7 @@ from hearth.gateway.budget_balances import Balance, balances, rebuild_snapshot, 
 from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable
 from hearth.state.memory import MemoryState
 from hearth.store.db import create_engine, migrate
-from hearth.store.tables import budget_ledger
+from hearth.store.tables import budget_ledger, dead_rows
 
 KEY = "daily|app|app|d20261129"
 
@@ -119,3 +119,19 @@ async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(engine:
     assert snap.open_calls == ("open",)
     assert snap.balances[KEY].used == 240
     assert snap.mark == max(r["id"] for r in await rows(engine))
+
+
+async def test_the_ledger_keeps_writing_after_a_row_the_database_refuses(engine: AsyncEngine) -> None:
+    ledger = ledger_for(engine)
+    await ledger.reserve("good", (Charge("daily", KEY, 100),), None)
+    ledger.settled("bad", "daily", KEY, charged=2**70, refund=0, overrun=0)  # beyond any BIGINT
+    ledger.settled("good", "daily", KEY, charged=40, refund=60, overrun=0)
+    await ledger.flush()
+    assert ledger.dead == 1 and ledger.stats()["pending"] == 0
+    assert (await balances(engine))[KEY] == Balance(used=40, spent=40, reserved=0)
+    ledger.settled("later", "daily", KEY, charged=5, refund=0, overrun=5)  # and it goes on writing
+    await ledger.flush()
+    assert (await balances(engine))[KEY].used == 45
+    async with engine.connect() as conn:
+        dead = (await conn.execute(select(dead_rows))).mappings().all()
+    assert [(d["writer"], d["row_key"]) for d in dead] == [("budget_ledger", "bad")]
