@@ -157,3 +157,13 @@ def test_documented_vector_1_is_a_signed_get_on_models() -> None:
 
     vector = load_vectors()[0]
     assert (vector["method"], vector["path_with_query"], vector["body_hex"]) == ("GET", "/v1/models", "")
+
+
+@pytest.mark.parametrize("route", ["/api/v1/budgets", "/api/v1/usage"])
+async def test_a_signing_caller_reads_its_budgets_and_usage_only_signed(hearth_server, http, route):
+    server = hearth_server(_signing_registry())
+    url = server.base_url + route
+    unsigned = await http.get(url, headers=AUTH)
+    assert unsigned.status_code == 401 and _code(unsigned) == "signature_required"
+    signed = await http.get(url, headers=_signed(url))
+    assert signed.status_code == 200, signed.text

@@ -12,9 +12,9 @@ from typing import Literal
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from hearth.api.deps import runtime
+from hearth.api.deps import authenticate_caller, runtime
 from hearth.api.envelope import ok
-from hearth.auth.internal import bearer_token, identify_caller
+from hearth.auth.internal import bearer_token
 from hearth.errors import HearthError
 from hearth.gateway.budget_report import budget_status
 from hearth.observability.request_log import usage_summary
@@ -23,14 +23,15 @@ from hearth.state.base import StateUnavailable
 router = APIRouter(prefix="/api/v1", tags=["budgets"])
 
 
-def _scope_caller(request: Request, caller: str | None) -> str | None:
-    """The caller the request may see: any (admin) or only itself (caller key / internal token)."""
+async def _scope_caller(request: Request, caller: str | None) -> str | None:
+    """The caller the request may see: any (admin) or only itself (caller key / internal token; signed,
+    like every route, when the caller must sign)."""
     rt = runtime(request)
     token = bearer_token(request.headers)
     admin = rt.settings.admin_token
     if token is not None and admin and hmac.compare_digest(token.encode(), admin.encode()):
         return caller
-    me = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    me = await authenticate_caller(request)
     if caller is not None and caller != me.name:
         raise HearthError("forbidden", "A caller key can only see its own budgets and usage.")
     return me.name
@@ -39,7 +40,7 @@ def _scope_caller(request: Request, caller: str | None) -> str | None:
 @router.get("/budgets", summary="Budgets that apply, with limit, used, reserved, spent and remaining")
 async def list_budgets(request: Request, caller: str | None = None, tenant: str | None = None,
                        user: str | None = None) -> Response:
-    who = _scope_caller(request, caller)
+    who = await _scope_caller(request, caller)
     rt = runtime(request)
     try:
         items = await budget_status(rt.gateway.registry, rt.state, rt.engine, who, tenant, user)
@@ -59,7 +60,7 @@ def _period_start(period: str, now: datetime) -> datetime | None:
 @router.get("/usage", summary="Requests, tokens and cost for a period, from the request logs")
 async def usage(request: Request, caller: str | None = None, tenant: str | None = None, user: str | None = None,
                 period: Literal["day", "month", "total"] = Query(default="day")) -> Response:
-    who = _scope_caller(request, caller)
+    who = await _scope_caller(request, caller)
     now = datetime.now(UTC)
     summary = await usage_summary(runtime(request).engine, _period_start(period, now), who, tenant, user)
     return ok(request, {"caller": who, "tenant": tenant, "user": user, "period": period, **summary})
