@@ -155,3 +155,13 @@ def test_the_model_field_is_rewritten_in_any_json_layout() -> None:
     assert orjson.loads(public_model_body(nested, "pub")) == {"model": "pub", "meta": {"model": "inner"}}
     assert public_model_body(b'{"id":"x"}', "pub") == b'{"id":"x"}'
     assert orjson.loads(public_model_body(b'{"model":null}', "pub")) == {"model": "pub"}
+
+
+async def test_a_stream_carries_the_upstream_model_header(fake, hearth_server, http):
+    server = hearth_server(_named_registry(fake))
+    body = {"model": "alpha", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    async with http.stream("POST", server.base_url + "/v1/chat/completions", json=body,
+                           headers={"Authorization": "Bearer free-key-123"}) as r:
+        assert r.status_code == 200
+        assert r.headers["x-hearth-model"] == "alpha" and r.headers["x-hearth-upstream-model"] == "up"
+        await r.aread()
