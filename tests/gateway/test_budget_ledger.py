@@ -37,19 +37,20 @@ async def rows(engine: AsyncEngine) -> list[dict[str, Any]]:
         return [dict(r) for r in result.mappings().all()]
 
 
-def ledger_for(engine: AsyncEngine) -> BudgetLedger:
-    return BudgetLedger(engine, MemoryState())
+@pytest.fixture
+async def ledger(engine: AsyncEngine) -> AsyncIterator[BudgetLedger]:
+    book = BudgetLedger(engine, MemoryState())
+    yield book
+    await book.stop()  # gives back the connection it keeps for reservations
 
 
-async def test_a_reservation_is_in_the_database_when_reserve_returns(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_a_reservation_is_in_the_database_when_reserve_returns(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     assert [(r["kind"], r["amount"]) for r in await rows(engine)] == [("reserve", 1000)]
     assert (await balances(engine))[KEY] == Balance(used=1000, spent=0, reserved=1000)
 
 
-async def test_concurrent_reservations_share_transactions(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_concurrent_reservations_share_transactions(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await asyncio.gather(*[ledger.reserve(f"c{i}", (Charge("daily", KEY, 10),), None) for i in range(200)])
     assert ledger.reservations_committed == 200
     assert ledger.reservation_commits < 50  # group commit: far fewer transactions than calls
@@ -58,16 +59,16 @@ async def test_concurrent_reservations_share_transactions(engine: AsyncEngine) -
 
 async def test_a_reservation_the_database_cannot_take_is_refused_not_assumed(tmp_path: Any) -> None:
     broken = create_engine(f"sqlite+aiosqlite:///{tmp_path}/missing-dir/none/x.db")
-    ledger = ledger_for(broken)
+    ledger = BudgetLedger(broken, MemoryState())
     with pytest.raises(ReservationNotDurable) as caught:
         await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     assert caught.value.uncertain is False  # nothing was committed: the caller may refund
     assert ledger.database_ok is False
+    await ledger.stop()
     await broken.dispose()
 
 
-async def test_settlement_after_reservation_adds_up(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_settlement_after_reservation_adds_up(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     ledger.settled("c1", "daily", KEY, charged=300, refund=700, overrun=0)
     await ledger.flush()
@@ -75,16 +76,14 @@ async def test_settlement_after_reservation_adds_up(engine: AsyncEngine) -> None
     assert (await balances(engine))[KEY] == Balance(used=300, spent=300, reserved=0)
 
 
-async def test_an_overrun_is_charged_in_full(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_an_overrun_is_charged_in_full(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     ledger.settled("c1", "daily", KEY, charged=1300, refund=0, overrun=300)
     await ledger.flush()
     assert (await balances(engine))[KEY] == Balance(used=1300, spent=1300, reserved=0)
 
 
-async def test_mixed_rows_add_up_per_counter(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_mixed_rows_add_up_per_counter(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     other = "tokens|app|u1|m202611"
     await ledger.reserve("a", (Charge("daily", KEY, 100), Charge("monthly", other, 50)), None)
     await ledger.reserve("b", (Charge("daily", KEY, 200),), None)  # open: its process died
@@ -96,8 +95,7 @@ async def test_mixed_rows_add_up_per_counter(engine: AsyncEngine) -> None:
     assert found[other] == Balance(used=50, spent=50, reserved=0)
 
 
-async def test_the_sweeper_closes_dead_reservations_as_spent_once(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_the_sweeper_closes_dead_reservations_as_spent_once(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("dead", (Charge("daily", KEY, 200),), None)
     await ledger.reserve("live", (Charge("daily", KEY, 100),), None)
     async with engine.begin() as conn:  # the dead call's reservation is old
@@ -109,8 +107,7 @@ async def test_the_sweeper_closes_dead_reservations_as_spent_once(engine: AsyncE
     assert found == Balance(used=300, spent=200, reserved=100)
 
 
-async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("open", (Charge("daily", KEY, 200),), None)
     await ledger.reserve("done", (Charge("daily", KEY, 100),), None)
     ledger.settled("done", "daily", KEY, charged=40, refund=60, overrun=0)
@@ -121,8 +118,7 @@ async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(engine:
     assert snap.mark == max(r["id"] for r in await rows(engine))
 
 
-async def test_the_ledger_keeps_writing_after_a_row_the_database_refuses(engine: AsyncEngine) -> None:
-    ledger = ledger_for(engine)
+async def test_the_ledger_keeps_writing_after_a_row_the_database_refuses(engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("good", (Charge("daily", KEY, 100),), None)
     ledger.settled("bad", "daily", KEY, charged=2**70, refund=0, overrun=0)  # beyond any BIGINT
     ledger.settled("good", "daily", KEY, charged=40, refund=60, overrun=0)

@@ -259,6 +259,7 @@ async def ledger(tmp_path: Path, state: Any) -> AsyncIterator[BudgetLedger]:
                                   open_within_s=600.0)
     await book.recovery.ensure()  # type: ignore[attr-defined]
     yield book
+    await book.stop()
     await engine.dispose()
 
 

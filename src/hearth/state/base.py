@@ -129,6 +129,7 @@ class ScopeUsage:
 
 class StateBackend(Protocol):
     name: str
+    shared: bool  # other processes share this backend's data (and may lose or rebuild it)
     epoch: Epoch | None  # this process's view; None until known
 
     @property

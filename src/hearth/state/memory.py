@@ -24,6 +24,7 @@ from hearth.state.base import (
 
 class MemoryState:
     name = "memory"
+    shared = False
 
     def __init__(self) -> None:
         self._leases: dict[str, dict[str, float]] = defaultdict(dict)  # scope -> lease_id -> expiry

@@ -45,6 +45,7 @@ log = get_logger("hearth.state")
 
 class RedisState:
     name = "redis"
+    shared = True
 
     def __init__(self, url: str, prefix: str = "hearth:", *, command_timeout_s: float = 2.0) -> None:
         self._redis = RespClient(url, connect_timeout_s=1.0, command_timeout_s=command_timeout_s)
