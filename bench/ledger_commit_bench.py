@@ -49,6 +49,7 @@ async def measure(url: str, n: int, concurrency: tuple[int, ...]) -> dict[str, o
             out[f"c{c}_calls_per_commit"] = round(done / max(1, commits), 1)
         return out
     finally:
+        await ledger.stop()
         await engine.dispose()
 
 
