@@ -44,13 +44,15 @@ async def ledger(engine: AsyncEngine) -> AsyncIterator[BudgetLedger]:
     await book.stop()  # gives back the connection it keeps for reservations
 
 
-async def test_a_reservation_is_in_the_database_when_reserve_returns(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_a_reservation_is_in_the_database_when_reserve_returns(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     assert [(r["kind"], r["amount"]) for r in await rows(engine)] == [("reserve", 1000)]
     assert (await balances(engine))[KEY] == Balance(used=1000, spent=0, reserved=1000)
 
 
-async def test_concurrent_reservations_share_transactions(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_concurrent_reservations_share_transactions(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await asyncio.gather(*[ledger.reserve(f"c{i}", (Charge("daily", KEY, 10),), None) for i in range(200)])
     assert ledger.reservations_committed == 200
     assert ledger.reservation_commits < 50  # group commit: far fewer transactions than calls
@@ -68,7 +70,8 @@ async def test_a_reservation_the_database_cannot_take_is_refused_not_assumed(tmp
     await broken.dispose()
 
 
-async def test_settlement_after_reservation_adds_up(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_settlement_after_reservation_adds_up(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     ledger.settled("c1", "daily", KEY, charged=300, refund=700, overrun=0)
     await ledger.flush()
@@ -76,14 +79,16 @@ async def test_settlement_after_reservation_adds_up(engine: AsyncEngine, ledger:
     assert (await balances(engine))[KEY] == Balance(used=300, spent=300, reserved=0)
 
 
-async def test_an_overrun_is_charged_in_full(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_an_overrun_is_charged_in_full(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
     ledger.settled("c1", "daily", KEY, charged=1300, refund=0, overrun=300)
     await ledger.flush()
     assert (await balances(engine))[KEY] == Balance(used=1300, spent=1300, reserved=0)
 
 
-async def test_mixed_rows_add_up_per_counter(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_mixed_rows_add_up_per_counter(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     other = "tokens|app|u1|m202611"
     await ledger.reserve("a", (Charge("daily", KEY, 100), Charge("monthly", other, 50)), None)
     await ledger.reserve("b", (Charge("daily", KEY, 200),), None)  # open: its process died
@@ -95,7 +100,8 @@ async def test_mixed_rows_add_up_per_counter(engine: AsyncEngine, ledger: Budget
     assert found[other] == Balance(used=50, spent=50, reserved=0)
 
 
-async def test_the_sweeper_closes_dead_reservations_as_spent_once(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_the_sweeper_closes_dead_reservations_as_spent_once(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("dead", (Charge("daily", KEY, 200),), None)
     await ledger.reserve("live", (Charge("daily", KEY, 100),), None)
     async with engine.begin() as conn:  # the dead call's reservation is old
@@ -107,7 +113,8 @@ async def test_the_sweeper_closes_dead_reservations_as_spent_once(engine: AsyncE
     assert found == Balance(used=300, spent=200, reserved=100)
 
 
-async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("open", (Charge("daily", KEY, 200),), None)
     await ledger.reserve("done", (Charge("daily", KEY, 100),), None)
     ledger.settled("done", "daily", KEY, charged=40, refund=60, overrun=0)
@@ -118,7 +125,8 @@ async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(engine:
     assert snap.mark == max(r["id"] for r in await rows(engine))
 
 
-async def test_the_ledger_keeps_writing_after_a_row_the_database_refuses(engine: AsyncEngine, ledger: BudgetLedger) -> None:
+async def test_the_ledger_keeps_writing_after_a_row_the_database_refuses(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
     await ledger.reserve("good", (Charge("daily", KEY, 100),), None)
     ledger.settled("bad", "daily", KEY, charged=2**70, refund=0, overrun=0)  # beyond any BIGINT
     ledger.settled("good", "daily", KEY, charged=40, refund=60, overrun=0)
