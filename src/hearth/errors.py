@@ -61,6 +61,9 @@ CATALOG: dict[str, ErrorSpec] = {
     "upstream_timeout": ErrorSpec(504, True, "api_error", "The upstream provider did not answer in time."),
     "upstream_stream_interrupted": ErrorSpec(502, True, "api_error", "The upstream stream ended unexpectedly."),
     "deadline_exceeded": ErrorSpec(504, True, "api_error", "The call's deadline passed."),
+    "upstream_stream_idle": ErrorSpec(504, True, "api_error", "The upstream stream sent nothing within the idle "
+                                      "timeout."),
+    "upstream_stream_error": ErrorSpec(502, True, "api_error", "The upstream reported an error mid-stream."),
     "upstream_auth_failed": ErrorSpec(502, True, "api_error", "The upstream provider rejected Hearth's credentials."),
     # ours
     "internal_error": ErrorSpec(500, True, "api_error", "Internal error."),
@@ -143,8 +146,13 @@ class UpstreamHTTPError(Exception):
 
 
 class UpstreamNetworkError(Exception):
-    """Connection refused/reset, malformed response, or a timeout (``timeout=True``)."""
+    """Connection refused/reset, malformed response, or a timeout (``timeout=True``).
 
-    def __init__(self, message: str, *, timeout: bool = False) -> None:
+    ``code`` is what a stream that already started ends with (its error event and request log):
+    ``upstream_stream_interrupted`` (cut, malformed), ``upstream_stream_idle`` (no event within the
+    idle timeout) or ``upstream_stream_error`` (the upstream's own error event, relayed)."""
+
+    def __init__(self, message: str, *, timeout: bool = False, code: str | None = None) -> None:
         self.timeout = timeout
+        self.code = code or ("upstream_stream_idle" if timeout else "upstream_stream_interrupted")
         super().__init__(message)

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from hearth.testing.fake_upstream import FakeBehavior
+from hearth.testing.fake_upstream import ERROR_EVENT_MESSAGE, FakeBehavior
 from hearth.wire.sse import SSEParser
 from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
 
@@ -98,8 +98,26 @@ async def test_idle_upstream_stream_is_cut_after_the_idle_timeout(fake, hearth_s
     fake.set_defaults(chunks=5, chunk_delay_ms=3000)
     started = time.monotonic()
     events = _events(await _stream_raw(http, server.base_url + "/v1/chat/completions", chat_body(stream=True), AUTH))
-    assert orjson.loads(events[-1])["error"]["code"] == "upstream_stream_interrupted"
+    assert orjson.loads(events[-1])["error"]["code"] == "upstream_stream_idle"  # its own code, not "interrupted"
     assert time.monotonic() - started < 2.5
+
+
+async def test_an_upstream_error_event_mid_stream_is_relayed_with_its_cause(fake, hearth_server, http):
+    server = hearth_server(gateway_registry([_ep("a", fake.base_url)]))
+    fake.set_defaults(error_after_chunks=2)
+    events = _events(await _stream_raw(http, server.base_url + "/v1/chat/completions", chat_body(stream=True), AUTH))
+    contents = [e for e in events[:-1] if b'"choices"' in e]
+    assert len(contents) >= 2  # what came before the error reached the client
+    error = orjson.loads(events[-1])["error"]
+    assert error["code"] == "upstream_stream_error"
+    assert ERROR_EVENT_MESSAGE in error["message"] and "overloaded" in error["message"]
+    logs: list[Any] = []
+    for _ in range(50):  # the request-log writer flushes every 50 ms in tests
+        logs = (await http.get(server.base_url + "/api/v1/request-logs", headers=ADMIN)).json()["data"]["items"]
+        if logs:
+            break
+        await asyncio.sleep(0.05)
+    assert logs[0]["error_code"] == "upstream_stream_error" and logs[0]["status"] == 502
 
 
 async def test_stream_fails_over_before_the_first_byte(fake, fake2, hearth_server, http):

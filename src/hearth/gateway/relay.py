@@ -68,9 +68,12 @@ class RelayStream:
             yield error_frame("deadline_exceeded", "The call's deadline passed while the stream was running.")
             return
         except UpstreamNetworkError as exc:
-            self._status, self._error_code = 502, "upstream_stream_interrupted"
+            self._status, self._error_code = (504 if exc.timeout else 502), exc.code
             self._call.deps.health.failed(self._endpoint.name, time.time())
-            yield error_frame("upstream_stream_interrupted", f"The upstream stream was interrupted: {exc}.")
+            what = {"upstream_stream_error": "The upstream stream failed",
+                    "upstream_stream_idle": "The upstream stream went idle"}.get(exc.code,
+                                                                              "The upstream stream was interrupted")
+            yield error_frame(exc.code, f"{what}: {exc}.")
             return
         self._status, self._error_code = 200, None
         yield DONE_FRAME

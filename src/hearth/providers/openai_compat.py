@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 
 from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
+from hearth.observability.logging import scrub
 from hearth.providers.base import UpstreamReply, Usage
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
@@ -112,7 +113,10 @@ class OpenAIStream:
         if not isinstance(obj, dict):
             raise UpstreamNetworkError("upstream sent a malformed stream event")
         if "error" in obj and "choices" not in obj:
-            raise UpstreamNetworkError("upstream reported an error mid-stream")
+            err = upstream_error_body(200, data)["error"]
+            upstream_code = f" (upstream code: {err['code']})" if err.get("code") else ""
+            raise UpstreamNetworkError(f"the upstream reported an error: {scrub(err['message'])}{upstream_code}",
+                                       code="upstream_stream_error")
         choices = obj.get("choices")
         if choices:
             delta = choices[0].get("delta") if isinstance(choices[0], dict) else None

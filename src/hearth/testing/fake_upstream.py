@@ -79,6 +79,9 @@ _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contr
 _GARBAGE_BODY = b'{"id": "chatcmpl-broken", "choices": [<<not json>>'
 _GARBAGE_EVENT = b"data: {this is not json\n\n"
 _DONE = b"data: [DONE]\n\n"
+ERROR_EVENT_MESSAGE = "The server is overloaded; try again later."
+_ERROR_EVENT = (b'data: {"error": {"message": "' + ERROR_EVENT_MESSAGE.encode()
+                + b'", "type": "server_error", "param": null, "code": "overloaded"}}\n\n')
 _MULTIBYTE_LEAD = re.compile(rb"[\xc0-\xff]")
 
 
@@ -115,6 +118,7 @@ class FakeBehavior:
     usage_in_stream: bool = True
     first_event_delay_ms: float = 0.0
     extra_prompt_tokens: int = 0  # bill more prompt tokens than the text has (a hidden system prompt, say)
+    error_after_chunks: int | None = None  # an OpenAI error event after the N-th content event, then the end
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -694,6 +698,8 @@ class FakeUpstream:
         cut_at = None
         if behavior.disconnect_after_chunks is not None:
             cut_at = first_content + min(behavior.disconnect_after_chunks, n)
+        if behavior.error_after_chunks is not None:  # the upstream's own error event, then nothing more
+            events = [*events[:first_content + min(behavior.error_after_chunks, n)], _ERROR_EVENT]
         if behavior.malformed:
             at = first_content + min(1, n)
             events = [*events[:at], _GARBAGE_EVENT, *events[at:]]
