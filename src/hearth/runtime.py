@@ -116,12 +116,18 @@ async def start_runtime(settings: Settings) -> Runtime:
     if settings.state_backend == "memory":
         claim = MemoryStateClaim()
         await claim.acquire(settings, engine)
-    vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
-    if settings.config is not None:
-        spec = RegistrySpec.model_validate(read_config_file(settings.config))
-        report = await apply_registry(engine, spec, vault)
-        log.info("registry_applied", file=str(settings.config), **report.as_dict())
-    registry = await load_registry(engine, vault)
+    try:
+        vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
+        if settings.config is not None:
+            spec = RegistrySpec.model_validate(read_config_file(settings.config))
+            report = await apply_registry(engine, spec, vault)
+            log.info("registry_applied", file=str(settings.config), **report.as_dict())
+        registry = await load_registry(engine, vault)
+    except BaseException:  # a refused start (bad config, unreadable keys) leaves no lock or connection behind
+        if claim is not None:
+            await claim.release()
+        await engine.dispose()
+        raise
     state = create_state(settings)
     session = create_session()
     providers: dict[str, Provider] = {
