@@ -131,8 +131,10 @@ async def start_runtime(settings: Settings) -> Runtime:
     state = create_state(settings)
     session = create_session()
     providers: dict[str, Provider] = {
-        "openai": OpenAICompatProvider(session, settings.max_sse_event_bytes),
-        "anthropic": AnthropicProvider(session, settings.max_sse_event_bytes),
+        "openai": OpenAICompatProvider(session, settings.max_sse_event_bytes,
+                                       connect_timeout_s=settings.connect_timeout_s),
+        "anthropic": AnthropicProvider(session, settings.max_sse_event_bytes,
+                                       connect_timeout_s=settings.connect_timeout_s),
         "simulated": SimulatedProvider(),
     }
     writer = RequestLogWriter(engine, settings.request_log_queue, settings.request_log_batch,

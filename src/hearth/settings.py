@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     limit_wait_s: float = Field(default=3.0, ge=0, description="max wait for a caller/tenant/user concurrency slot")
     admission_wait_s: float = Field(default=10.0, ge=0, description="max wait for a free endpoint slot")
     stream_idle_timeout_s: float = Field(default=60.0, gt=0)
+    connect_timeout_s: float = Field(default=3.0, gt=0, description="longest wait for an upstream to accept a "
+                                     "connection; a connect failure fails over to the next endpoint at once")
     lease_ttl_s: float = Field(default=30.0, gt=0, description="TTL of a call's slots and budget reservation in "
                                "the state backend; renewed every third of it while the call lives, so a "
                                "dead process frees them within this time")

@@ -89,9 +89,11 @@ class AnthropicStream:
 
 
 class AnthropicProvider:
-    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20) -> None:
+    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20, *,
+                 connect_timeout_s: float = 3.0) -> None:
         self._session = session
         self._max_event_bytes = max_event_bytes
+        self._connect_s = connect_timeout_s
 
     @staticmethod
     def _headers(ep: Endpoint, stream: bool) -> dict[str, str]:
@@ -130,7 +132,7 @@ class AnthropicProvider:
 
     async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
         payload = {**self._translate(ep, body), "stream": False}
-        resp = await self._post(ep, payload, False, aiohttp.ClientTimeout(total=timeout_s))
+        resp = await self._post(ep, payload, False, aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s)))
         try:
             raw = await resp.read()
         except TimeoutError as exc:
@@ -153,7 +155,8 @@ class AnthropicProvider:
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         payload = {**self._translate(ep, body), "stream": True}
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=first_byte_timeout_s, sock_read=idle_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_byte_timeout_s),
+                                        sock_read=idle_timeout_s)
         try:
             async with asyncio.timeout(first_byte_timeout_s):
                 resp = await self._post(ep, payload, True, timeout)

@@ -174,9 +174,11 @@ class OpenAIStream:
 
 
 class OpenAICompatProvider:
-    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20) -> None:
+    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20, *,
+                 connect_timeout_s: float = 3.0) -> None:
         self._session = session
         self._max_event_bytes = max_event_bytes
+        self._connect_s = connect_timeout_s  # its own short class: a host that never accepts fails over fast
 
     @staticmethod
     def _headers(ep: Endpoint) -> dict[str, str]:
@@ -210,7 +212,7 @@ class OpenAICompatProvider:
             body = dict(body)
             body.setdefault(ep.max_tokens_field, body.pop("max_tokens"))
         payload = orjson.dumps({**body, "model": ep.upstream_model})
-        resp = await self._post(ep.base_url + path, ep, payload, aiohttp.ClientTimeout(total=timeout_s))
+        resp = await self._post(ep.base_url + path, ep, payload, aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s)))
         try:
             raw = await resp.read()
         except TimeoutError as exc:
@@ -242,7 +244,8 @@ class OpenAICompatProvider:
         wants_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         upstream_body = {**body, "model": ep.upstream_model,
                          "stream_options": {**(opts if isinstance(opts, dict) else {}), "include_usage": True}}
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=first_byte_timeout_s, sock_read=idle_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_byte_timeout_s),
+                                        sock_read=idle_timeout_s)
         headers = {**self._headers(ep), "Accept": "text/event-stream"}
         try:
             async with asyncio.timeout(first_byte_timeout_s):
