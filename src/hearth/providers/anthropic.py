@@ -132,7 +132,8 @@ class AnthropicProvider:
 
     async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
         payload = {**self._translate(ep, body), "stream": False}
-        resp = await self._post(ep, payload, False, aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s)))
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s))
+        resp = await self._post(ep, payload, False, timeout)
         try:
             raw = await resp.read()
         except TimeoutError as exc:

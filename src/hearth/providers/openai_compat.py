@@ -212,7 +212,8 @@ class OpenAICompatProvider:
             body = dict(body)
             body.setdefault(ep.max_tokens_field, body.pop("max_tokens"))
         payload = orjson.dumps({**body, "model": ep.upstream_model})
-        resp = await self._post(ep.base_url + path, ep, payload, aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s)))
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s))
+        resp = await self._post(ep.base_url + path, ep, payload, timeout)
         try:
             raw = await resp.read()
         except TimeoutError as exc:
