@@ -95,7 +95,9 @@ async def test_weights_spread_load_in_proportion(backend, fake, fake2, hearth_se
         await _burst(http, server.base_url, 8)
     a, b = fake.stats.requests, fake2.stats.requests
     assert a + b == 400
-    assert 2.2 < a / b < 4.0, (a, b)
+    # 3:1 by weight; the latency factor and the load factor move it (2.17 seen once on a loaded machine).
+    # Ignored weights would give about 1:1.
+    assert 2.0 < a / b < 4.5, (a, b)
 
 
 async def test_unreachable_redis_fails_closed_with_503(fake, hearth_server, http, redis_prefix):
