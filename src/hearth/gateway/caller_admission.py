@@ -159,9 +159,14 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: Stat
         grant.lease, endpoint_lease = lease.split(len(want.scopes))
         grant.preadmitted = Admitted(endpoint, endpoint_lease)
     if charges:
-        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(want.budgets, lease.budget_values, strict=True)]
+        grant.remaining = _left(want.budgets, lease.budget_values)
         await _make_durable(state, ledger, grant)
     return grant
+
+
+def _left(budgets: Sequence[Applicable], counters: tuple[int, ...]) -> list[tuple[Applicable, int]]:
+    """What is left of each budget, given its counter (after a reservation or a settlement)."""
+    return [(a, a.budget.limit - v) for a, v in zip(budgets, counters, strict=True)]
 
 
 async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant) -> None:
@@ -216,7 +221,7 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
     if not first or not record:
         return  # settled before, or the reservation expired: it stays spent (the sweeper records it)
     if lease.budget_values:
-        grant.remaining = [(a, a.budget.limit - v) for a, v in zip(grant.budgets, lease.budget_values, strict=True)]
+        grant.remaining = _left(grant.budgets, lease.budget_values)
     for a, c, actual in zip(grant.budgets, grant.charges, actual_amounts, strict=True):
         overrun = max(0, actual - c.amount)
         if overrun:

@@ -184,10 +184,6 @@ class StateBackend(Protocol):
         """Current values of budget counters (0 if absent)."""
         ...
 
-    async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
-        """Set a budget counter only if it does not exist; True if set."""
-        ...
-
     async def adjust_counters(self, deltas: dict[str, int]) -> None:
         """Add ``deltas`` to budget counters (never below 0): settlements re-applied after a rebuild."""
         ...

@@ -208,15 +208,6 @@ class MemoryState:
         now = time.time()
         return tuple(self._counters[k] if self._live(k, now) else 0 for k in keys)
 
-    async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
-        now = time.time()
-        if self._live(key, now):
-            return False
-        self._counters[key] = value
-        if ttl_s:
-            self._expiring[key] = now + ttl_s
-        return True
-
     async def adjust_counters(self, deltas: dict[str, int]) -> None:
         for key, delta in deltas.items():
             if key in self._counters:

@@ -185,14 +185,6 @@ class RedisState:
             raise StateUnavailable(str(exc)) from exc
         return tuple(int(v or 0) for v in values)
 
-    async def seed_counter(self, key: str, value: int, ttl_s: float) -> bool:
-        try:
-            expiry = ("PX", int(ttl_s * 1000)) if ttl_s else ()
-            done = await self._redis.execute("SET", self._k.budget(key), value, "NX", *expiry)
-        except _FAULTS as exc:
-            raise StateUnavailable(str(exc)) from exc
-        return bool(done)
-
     async def adjust_counters(self, deltas: dict[str, int]) -> None:
         if not deltas:
             return
