@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
 # package (the request-log writer) sits above the store.
 FOUNDATION: tuple[str, ...] = (
     "hearth",  # the package itself (``__version__``)
+    "hearth.clock",  # the injectable time source of the state backends and the breakers
     "hearth.errors",
     "hearth.ids",
     "hearth.settings",

@@ -6,9 +6,9 @@ Only valid for one process; :mod:`hearth.state.factory` refuses to start several
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 
+from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.state.base import (
     AcquireResult,
     BudgetCharge,
@@ -23,10 +23,13 @@ from hearth.state.base import (
 
 
 class MemoryState:
+    """``clock`` decides windows, lease and reservation expiry, cooldowns (tests pass a fake one)."""
+
     name = "memory"
     shared = False
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._leases: dict[str, dict[str, float]] = defaultdict(dict)  # scope -> lease_id -> expiry
         self._rpm: dict[tuple[str, int], int] = defaultdict(int)
         self._tpm: dict[tuple[str, int], int] = defaultdict(int)
@@ -94,7 +97,7 @@ class MemoryState:
                       cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
                       once: tuple[tuple[str, float], ...] = (), *, deadline: float = 0.0,
                       check_epoch: bool = False) -> AcquireResult:
-        now = time.time()
+        now = self._clock.now()
         if deadline and now > deadline:
             return AcquireResult(refusal=Refusal("deadline", "late"))
         if check_epoch and (self.epoch is None or self.epoch != self._epoch_installed):
@@ -174,7 +177,7 @@ class MemoryState:
         for other, tokens in also_release:
             await self.release(other, tokens)
         await self.release(lease, actual_tokens)
-        now = time.time()
+        now = self._clock.now()
         until = self._once.pop(reservation_key(lease.lease_id), None)
         if until is None or until <= now:
             return False  # settled before, or the reservation outlived its TTL: it stays spent
@@ -193,7 +196,7 @@ class MemoryState:
             await self.release(lease, tokens)
 
     async def renew(self, leases: tuple[Lease, ...], ttl_s: float) -> None:
-        now = time.time()
+        now = self._clock.now()
         for lease in leases:
             if lease.released:
                 continue
@@ -205,7 +208,7 @@ class MemoryState:
                 self._claim(reservation_key(lease.lease_id), now + ttl_s)
 
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
-        now = time.time()
+        now = self._clock.now()
         return tuple(self._counters[k] if self._live(k, now) else 0 for k in keys)
 
     async def adjust_counters(self, deltas: dict[str, int]) -> None:
@@ -219,7 +222,7 @@ class MemoryState:
     async def install_epoch(self, epoch: Epoch, counters: dict[str, tuple[int, float]],
                             open_reservations: tuple[str, ...], reservation_ttl_s: float) -> Epoch:
         if self._epoch_installed is None:
-            now = time.time()
+            now = self._clock.now()
             for key, (value, ttl) in counters.items():
                 self._counters[key] = value
                 if ttl:
@@ -231,7 +234,7 @@ class MemoryState:
         return self._epoch_installed
 
     async def claim_once(self, key: str, ttl_s: float) -> bool:
-        now = time.time()
+        now = self._clock.now()
         if self._claimed(key, now):
             return False
         self._claim(key, now + ttl_s)
@@ -247,13 +250,13 @@ class MemoryState:
             self._waiting -= 1
 
     async def set_cooldown(self, key: str, seconds: float) -> None:
-        self._cooldowns[key] = time.time() + seconds
+        self._cooldowns[key] = self._clock.now() + seconds
 
     async def clear_cooldown(self, key: str) -> None:
         self._cooldowns.pop(key, None)
 
     async def usage(self, scope_key: str) -> ScopeUsage:
-        now = time.time()
+        now = self._clock.now()
         window = minute_window(now)
         until = self._cooldowns.get(scope_key, 0.0)
         return ScopeUsage(in_flight=len(self._expire(scope_key, now)), rpm_used=self._rpm.get((scope_key, window), 0),
