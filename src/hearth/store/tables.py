@@ -70,6 +70,9 @@ endpoints = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     # 0005: the name the upstream reads for the output limit
     Column("max_tokens_field", String(32), nullable=False, default="max_tokens", server_default="max_tokens"),
+    # 0006: who disabled it (config | gateway | admin) and when; gateway and admin disables outlive an apply
+    Column("disabled_by", String(16), nullable=True),
+    Column("disabled_at", DateTime(timezone=True), nullable=True),
 )
 
 models = Table(
