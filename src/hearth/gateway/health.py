@@ -6,12 +6,17 @@ a 429 cooldown and a 401 disable — goes through the state backend and the regi
 
 Breaker: ``closed`` → (``failure_threshold`` consecutive 5xx/network failures) → ``open`` for
 ``open_s`` → ``half_open``: exactly one probe call is let through; success closes, failure reopens.
+
+Every transition is a function of the time it is given (``now``, unix seconds) or, where the book
+stamps a time itself, of its ``clock``: tests drive a breaker through open → half-open → closed with a
+:class:`~hearth.testing.fake_clock.FakeClock` instead of waiting ``open_s``.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+
+from hearth.clock import SYSTEM_CLOCK, Clock
 
 FAILURE_THRESHOLD = 3
 OPEN_SECONDS = 30.0
@@ -43,10 +48,12 @@ class EndpointHealth:
 
 
 class HealthBook:
-    def __init__(self, failure_threshold: int = FAILURE_THRESHOLD, open_s: float = OPEN_SECONDS) -> None:
+    def __init__(self, failure_threshold: int = FAILURE_THRESHOLD, open_s: float = OPEN_SECONDS, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._book: dict[str, EndpointHealth] = {}
         self.failure_threshold = failure_threshold
         self.open_s = open_s
+        self.clock = clock
 
     def get(self, name: str) -> EndpointHealth:
         h = self._book.get(name)
@@ -128,8 +135,9 @@ class HealthBook:
     def cool_down(self, name: str, until: float) -> None:
         h = self.get(name)
         h.cooldown_until = max(h.cooldown_until, until)
-        h.recent_errors = h.decayed_errors(time.time()) + 1.0
-        h.errors_at = time.time()
+        now = self.clock.now()
+        h.recent_errors = h.decayed_errors(now) + 1.0
+        h.errors_at = now
 
     def snapshot(self, name: str, now: float) -> dict[str, object]:
         h = self.get(name)
