@@ -7,7 +7,6 @@ keep the hot path cheap; the documentation models live in :mod:`hearth.api.opena
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
@@ -39,8 +38,10 @@ from hearth.api.request_body import parse_json_object
 from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError
 from hearth.gateway.context import CallContext
+from hearth.gateway.model_name import shown_model
 from hearth.gateway.scenes import caller_may_see
 from hearth.registry.snapshot import Caller, Registry
+from hearth.wire.model_name import public_model_body
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -88,37 +89,9 @@ def _call_headers(ctx: CallContext) -> dict[str, str]:
 def _public_reply(registry: Registry, ctx: CallContext, body: bytes) -> bytes:
     """A non-stream answer's ``model`` shows the public name the caller asked for, unless that model
     exposes the upstream's (``expose_upstream_model``); the upstream's is in ``x-hearth-upstream-model``.
-    Nothing is touched when the endpoint's upstream model has the public name. (Streams: not yet.)"""
-    ep, public = ctx.endpoint, ctx.model
-    if ep is None or public is None or ep.upstream_model == public:
-        return body
-    model = registry.models.get(public)
-    if model is not None and model.expose_upstream_model:
-        return body
-    return public_model_body(body, public)
-
-
-_MODEL_VALUE = re.compile(rb'"model"\s*:\s*(?:"(?:[^"\\]|\\.)*"|null)')
-
-
-def public_model_body(body: bytes, public: str) -> bytes:
-    """``body``, a JSON object, with its top-level ``model`` set to ``public``.
-
-    In valid JSON an unescaped ``"model"`` is always a key, so when it occurs once its value is
-    spliced in place. Measured: a 1.3 kB chat answer 4 µs (an orjson parse and dump: 11 µs), four
-    1536-float embeddings (119 kB) 85 µs, mostly the copy (parse and dump: 870 µs). Several
-    occurrences (a nested key) are parsed and dumped.
-    """
-    start = body.find(b'"model"')
-    if start < 0:
-        return body
-    if body.find(b'"model"', start + 7) < 0 and (found := _MODEL_VALUE.match(body, start)) is not None:
-        return b"".join((body[:start], b'"model":', orjson.dumps(public), body[found.end():]))
-    obj = orjson.loads(body)
-    if isinstance(obj, dict) and "model" in obj:
-        obj["model"] = public
-        return orjson.dumps(obj)
-    return body
+    Streams follow the same rule (:class:`~hearth.gateway.relay.RelayStream`)."""
+    public = shown_model(registry, ctx.model, ctx.endpoint)
+    return body if public is None else public_model_body(body, public)
 
 
 @router.post("/embeddings", summary="Create embeddings", openapi_extra=request_body(EmbeddingRequest),

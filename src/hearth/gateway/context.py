@@ -23,6 +23,7 @@ class CallContext:
     client_ip: str | None = None
     requested_scene: str | None = None
     stream: bool = False
+    include_usage: bool = False  # a stream's caller asked for the usage chunk (stream_options.include_usage)
     started: float = field(default_factory=time.perf_counter)
     deadline: float = 0.0  # time.monotonic() by which the whole call must be over
     attempts: int = 0

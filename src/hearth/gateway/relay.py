@@ -6,6 +6,13 @@ went away; ``close`` closes the upstream connection and finishes the call (lease
 settled with the stream's usage, request log written). After the first byte reached the client a
 stream is never retried: an upstream failure, or the call's absolute deadline passing, ends it with
 an explicit OpenAI-style error event instead of a silent, truncated 200.
+
+Chunks show the public model name (:func:`~hearth.gateway.model_name.shown_model`), spliced into
+each payload (about a microsecond a chunk). A caller that asked for usage
+(``stream_options.include_usage``) whose upstream sent none gets a final usage chunk anyway, built
+from Hearth's own estimates (the prompt estimate and the counted completion text) and marked
+``"hearth_estimated": true`` inside ``usage`` — an extra key the SDKs ignore; the request log then
+says ``usage_estimated`` with the same numbers.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import orjson
 from hearth.errors import UpstreamNetworkError
 from hearth.gateway.call import Call
 from hearth.gateway.context import CallContext
+from hearth.gateway.model_name import shown_model
 from hearth.providers.base import UpstreamStream, Usage
+from hearth.wire.model_name import public_model_body
 from hearth.wire.sse import encode_event
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -40,6 +49,8 @@ class RelayStream:
         self._status = 499
         self._error_code: str | None = "client_disconnected"
         self._closed = False
+        self._model = shown_model(call.deps.registry, call.ctx.model, self._endpoint)
+        self._first: bytes | None = None  # the first chunk relayed: a synthesized usage chunk copies its id
         call.deps.health.succeeded(self._endpoint.name, call.ctx.ttft_ms or 0.0)
 
     @property
@@ -58,11 +69,18 @@ class RelayStream:
         remaining = self._call.ctx.deadline - time.monotonic()
         try:
             async with asyncio.timeout(max(0.0, remaining)):
+                model = self._model
                 async for payload in self._upstream.events():
+                    if model is not None:
+                        payload = public_model_body(payload, model)
+                    if self._first is None:
+                        self._first = payload
                     if b"\n" in payload or b"\r" in payload:
                         yield encode_event(payload)
                     else:
                         yield b"data: " + payload + b"\n\n"
+                if self._call.ctx.include_usage and self._upstream.usage is None:
+                    yield b"data: " + self._estimated_usage_chunk() + b"\n\n"
         except TimeoutError:
             self._status, self._error_code = 504, "deadline_exceeded"
             yield error_frame("deadline_exceeded", "The call's deadline passed while the stream was running.")
@@ -78,6 +96,31 @@ class RelayStream:
         self._status, self._error_code = 200, None
         yield DONE_FRAME
 
+    def _estimated_usage(self) -> Usage:
+        return Usage(self._prompt_estimate, self._upstream.completion_estimate)
+
+    def _estimated_usage_chunk(self) -> bytes:
+        """OpenAI's final usage chunk (``choices: []``), from Hearth's estimates: the same id,
+        ``created`` and model as the stream's chunks."""
+        head: dict[str, object] = {}
+        if self._first is not None:
+            try:
+                first = orjson.loads(self._first)
+            except orjson.JSONDecodeError:
+                first = None
+            if isinstance(first, dict):
+                head = {k: first[k] for k in ("id", "created", "model", "system_fingerprint") if k in first}
+        if "model" not in head:
+            head["model"] = self._model or self._endpoint.upstream_model
+        usage = self._estimated_usage()
+        return orjson.dumps({
+            "id": head.get("id", f"chatcmpl-{self._call.ctx.request_id}"), "object": "chat.completion.chunk",
+            "created": head.get("created", int(time.time())), "model": head["model"],
+            **({"system_fingerprint": head["system_fingerprint"]} if "system_fingerprint" in head else {}),
+            "choices": [],
+            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                      "total_tokens": usage.prompt_tokens + usage.completion_tokens, "hearth_estimated": True}})
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -88,5 +131,5 @@ class RelayStream:
             usage = self._upstream.usage
             estimated = usage is None
             if usage is None:
-                usage = Usage(self._prompt_estimate, self._upstream.completion_estimate)
+                usage = self._estimated_usage()
             await self._call.finish(self._status, self._error_code, usage, estimated)

@@ -105,6 +105,8 @@ class Gateway:
     async def open_stream(self, ctx: CallContext, body: dict[str, Any]) -> RelayStream:
         """Admit and open the stream; the returned relay owns the call from here on."""
         ctx.stream = True
+        options = body.get("stream_options")
+        ctx.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         call = self._call(ctx)
         try:
             route, models, body = self._plan(ctx, body, "chat")
