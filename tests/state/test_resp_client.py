@@ -200,6 +200,22 @@ def test_address_rejects_bad_schemes_and_non_numeric_databases(url: str) -> None
         Address.parse(url)
 
 
+@pytest.mark.parametrize("url", ["redis://cache/0?ssl_cert_reqs=none", "rediss://cache?ssl_ca_certs=/etc/ca.pem",
+                                 "redis://cache/0?socket_timeout=5", "unix:///tmp/redis.sock?db=1&password=x"])
+def test_address_refuses_query_options_it_does_not_apply(url: str) -> None:
+    # Nothing configured is silently ignored: a TLS or timeout option in the URL that the client
+    # would not apply is refused, naming it, instead of running without it.
+    with pytest.raises(ValueError, match="not supported") as err:
+        Address.parse(url)
+    assert url.split("?", 1)[1].split("&")[-1].split("=")[0] in str(err.value)
+
+
+def test_address_refuses_a_user_without_a_password() -> None:
+    # AUTH needs a password; a user name alone would be dropped and the connection made as `default`.
+    with pytest.raises(ValueError, match="password"):
+        Address.parse("redis://alice@cache/0")
+
+
 def test_client_rejects_a_bad_url_at_construction() -> None:
     with pytest.raises(ValueError, match="scheme"):
         RespClient("http://127.0.0.1:6379/0")

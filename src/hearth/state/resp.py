@@ -18,8 +18,13 @@ call. This client keeps what the state backend needs and nothing else:
   runs due timers before it polls sockets);
 * **reconnect on demand**: the next command after a failure dials again (``connect_timeout_s``).
 
-URLs: ``redis://[user:password@]host[:port][/db]``, ``rediss://…`` (TLS) and
-``unix:///path/to/redis.sock[?db=N]``.
+URLs: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://…`` (TLS, verified against the
+system CAs with the host name checked) and ``unix:///path/to/redis.sock[?db=N]``; no other URL option
+(a query parameter other than ``db`` is refused, not ignored).
+
+Not supported, by choice: Redis Cluster and Sentinel (one server address), RESP3, client TLS
+certificates or a private CA file. Why this client at all, measured per governed call against
+redis-py (asyncio, hiredis) and coredis: bench/BENCHMARKS.md, "Redis client comparison (issue 8)".
 """
 
 from __future__ import annotations
@@ -85,6 +90,11 @@ class Address:
         db_text = query.get("db", [""])[0] or (parts.path.strip("/") if parts.scheme != "unix" else "") or "0"
         if not db_text.isdigit():
             raise ValueError("the Redis database in the URL must be a number")
+        unknown = sorted(set(query) - {"db"})
+        if unknown:  # e.g. ssl_cert_reqs, socket_timeout: options of other clients, never applied here
+            raise ValueError(f"Redis URL option(s) {', '.join(unknown)} not supported (only ?db=N)")
+        if parts.username and parts.password is None:
+            raise ValueError("a Redis user in the URL needs a password (redis://user:password@host)")
         return cls(host=parts.hostname or "127.0.0.1",
                    port=parts.port or 6379, path=parts.path if parts.scheme == "unix" else None,
                    db=int(db_text), username=unquote(parts.username) if parts.username else None,
