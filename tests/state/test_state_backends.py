@@ -12,13 +12,19 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from datetime import time as dtime
 from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable, minute_window
 from hearth.state.memory import MemoryState
+from hearth.state.quota_day import QuotaDay
 from hearth.state.redis import RedisState
+from hearth.testing.fake_clock import FakeClock
 from tests.conftest import REDIS_URL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -386,6 +392,99 @@ async def test_redis_keeps_no_per_call_key_after_settlement(redis_state: RedisSt
         client.close()
     assert [k for k in left if "res:" in k] == []
     assert left == sorted({f"{redis_prefix}b:b:keys", f"{redis_prefix}c:ep:a"} & set(left))
+
+
+# --------------------------------------------------------------------------- daily tokens (both backends)
+
+
+def _backend(kind: str, request: pytest.FixtureRequest, **options: Any) -> StateBackend:
+    if kind == "memory":
+        return MemoryState(**options)
+    return RedisState(REDIS_URL, request.getfixturevalue("redis_prefix"), **options)
+
+
+def _next_midnight(now: float, zone: str) -> float:
+    local = datetime.fromtimestamp(now, ZoneInfo(zone))
+    return datetime.combine(local.date() + timedelta(days=1), dtime(0), ZoneInfo(zone)).timestamp()
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+async def test_daily_tokens_refuse_past_the_limit_until_the_day_boundary_of_the_zone(
+        kind: str, zone: str, request: pytest.FixtureRequest) -> None:
+    state = _backend(kind, request, quota_day=QuotaDay(zone))
+    try:
+        scope = Scope("qg:acct", daily_tokens=100)
+        assert (await state.acquire(lid(), (scope,), 60, 30.0)).lease is not None
+        refused = await state.acquire(lid(), (scope,), 50, 30.0)
+        assert refused.refusal is not None
+        assert (refused.refusal.scope, refused.refusal.limit) == ("qg:acct", "daily_tokens")
+        # Retry-After is the truth: the next midnight in the configured zone (Kolkata is UTC+5:30)
+        assert abs(refused.refusal.retry_after_s - (_next_midnight(time.time(), zone) - time.time())) < 2
+        assert (await state.acquire(lid(), (scope,), 40, 30.0)).lease is not None  # exactly full is fine
+    finally:
+        await state.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_daily_tokens_settle_the_actual_usage_like_tpm(kind: str, request: pytest.FixtureRequest) -> None:
+    state = _backend(kind, request)
+    try:
+        scope = Scope("qg:acct", daily_tokens=100)
+        first = (await state.acquire(lid(), (scope,), 60, 30.0)).lease
+        assert first is not None
+        await state.release(first, actual_tokens=10)  # estimated 60, used 10: 50 come back
+        assert (await state.acquire(lid(), (scope,), 85, 30.0)).lease is not None
+        over = await state.acquire(lid(), (scope,), 10, 30.0)
+        assert over.refusal is not None and over.refusal.limit == "daily_tokens"
+    finally:
+        await state.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_daily_tokens_reset_at_midnight_in_the_configured_zone(kind: str, request: pytest.FixtureRequest) -> None:
+    zone = "America/New_York"
+    midnight = datetime(2026, 3, 9, 0, 0, tzinfo=ZoneInfo(zone)).timestamp()  # the night after a DST change
+    clock = FakeClock(midnight - 5)
+    state = _backend(kind, request, quota_day=QuotaDay(zone), clock=clock)
+    try:
+        scope = Scope("qg:acct", daily_tokens=100)
+        assert (await state.acquire(lid(), (scope,), 100, 30.0)).lease is not None
+        assert (await state.acquire(lid(), (scope,), 1, 30.0)).refusal is not None
+        clock.set(midnight - 0.5)  # still the same day in New York
+        assert (await state.acquire(lid(), (scope,), 1, 30.0)).refusal is not None
+        clock.set(midnight + 0.5)
+        assert (await state.acquire(lid(), (scope,), 100, 30.0)).lease is not None
+        refused = await state.acquire(lid(), (scope,), 1, 30.0)
+        assert refused.refusal is not None and refused.refusal.limit == "daily_tokens"
+    finally:
+        await state.close()
+
+
+async def test_daily_refusal_on_the_quota_group_takes_nothing_elsewhere(state: StateBackend) -> None:
+    await away_from_minute_edge()
+    ep, qg = Scope("ep:a", max_concurrency=5, tpm=1000), Scope("qg:g", daily_tokens=10)
+    refused = await state.acquire(lid(), (ep, qg), 20, 30.0)
+    assert refused.refusal is not None and refused.refusal.scope == "qg:g"
+    usage = await state.usage("ep:a")
+    assert (usage.in_flight, usage.tpm_used) == (0, 0)
+
+
+def test_quota_day_ends_at_the_next_local_midnight() -> None:
+    day = QuotaDay("Asia/Shanghai")
+    noon = datetime(2026, 12, 1, 12, 0, tzinfo=ZoneInfo("Asia/Shanghai")).timestamp()
+    assert day.end(noon) == noon + 12 * 3600
+    assert day.end(noon + 11 * 3600) == noon + 12 * 3600  # cached window, same answer
+    assert day.end(noon + 12 * 3600) == noon + 36 * 3600  # midnight itself starts the next day
+    # a 23-hour day (spring forward) ends 23 hours after it began
+    ny = QuotaDay("America/New_York")
+    start = datetime(2026, 3, 8, 0, 0, tzinfo=ZoneInfo("America/New_York")).timestamp()
+    assert ny.end(start + 1) == start + 23 * 3600
+
+
+def test_quota_day_refuses_an_unknown_zone() -> None:
+    with pytest.raises(ValueError, match="Mars/Olympus"):
+        QuotaDay("Mars/Olympus")
 
 
 # --------------------------------------------------------------------------- Redis across clients and processes

@@ -7,6 +7,8 @@ or nothing is taken and the refusal names the scope and the limit.
 
 Concurrency leases carry an expiry so a crashed process's leases free themselves. RPM and TPM
 are counted in fixed one-minute windows; TPM is reserved on the estimate and corrected on release.
+Daily tokens are counted the same way in the quota day (:mod:`hearth.state.quota_day`): midnight
+to midnight in the configured time zone.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Scope:
     max_concurrency: int = 0
     rpm: int = 0
     tpm: int = 0
+    daily_tokens: int = 0  # tokens per quota day (a provider account's daily quota)
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,14 +56,15 @@ class Lease:
     budgets: tuple[BudgetCharge, ...] = ()
     budget_values: tuple[int, ...] = ()  # each budget counter right after this lease's charge (or settlement)
     settled_epoch: str = ""  # the epoch the settlement was applied under
+    day: int = 0  # the end (unix seconds) of the quota day its daily tokens were counted in; 0 = none
 
     def split(self, n: int) -> tuple[Lease, Lease]:
         """Two leases from one acquisition: the first ``n`` scopes (with the budgets) and the rest.
 
         Both keep the lease id — scope keys are disjoint, so each releases only its own slots."""
         return (Lease(self.lease_id, self.scopes[:n], self.tokens, self.window, budgets=self.budgets,
-                      budget_values=self.budget_values),
-                Lease(self.lease_id, self.scopes[n:], self.tokens, self.window))
+                      budget_values=self.budget_values, day=self.day),
+                Lease(self.lease_id, self.scopes[n:], self.tokens, self.window, day=self.day))
 
 
 class Limit(StrEnum):
@@ -69,6 +73,7 @@ class Limit(StrEnum):
     CONCURRENCY = "concurrency"
     RPM = "rpm"
     TPM = "tpm"
+    DAILY_TOKENS = "daily_tokens"
     COOLDOWN = "cooldown"
     BUDGET = "budget"
     ONCE = "once"  # a one-time key (nonce) was already claimed

@@ -20,6 +20,7 @@ from hearth.state.base import (
     minute_window,
     reservation_key,
 )
+from hearth.state.quota_day import QuotaDay
 
 
 class MemoryState:
@@ -28,8 +29,10 @@ class MemoryState:
     name = "memory"
     shared = False
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, quota_day: QuotaDay | None = None) -> None:
         self._clock = clock
+        self._quota_day = quota_day or QuotaDay()
+        self._daily: dict[tuple[str, int], int] = {}  # (scope, end of its quota day) -> tokens counted
         self._leases: dict[str, dict[str, float]] = defaultdict(dict)  # scope -> lease_id -> expiry
         self._rpm: dict[tuple[str, int], int] = defaultdict(int)
         self._tpm: dict[tuple[str, int], int] = defaultdict(int)
@@ -124,6 +127,12 @@ class MemoryState:
                 used = self._tpm[(s.key, window)]
                 if used > 0 and used + tokens > s.tpm:
                     return AcquireResult(refusal=Refusal(s.key, "tpm", (window + 1) * 60 - now))
+        day = 0
+        for s in scopes:
+            if s.daily_tokens:
+                day = day or self._day(now)
+                if self._daily.get((s.key, day), 0) + tokens > s.daily_tokens:
+                    return AcquireResult(refusal=Refusal(s.key, "daily_tokens", max(0.0, day - now)))
         for b in budgets:
             used = self._counters[b.key] if self._live(b.key, now) else 0
             if used + b.amount > b.limit:
@@ -136,6 +145,8 @@ class MemoryState:
                 self._rpm[(s.key, window)] += 1
             if s.tpm:
                 self._tpm[(s.key, window)] += tokens
+            if s.daily_tokens:
+                self._daily[(s.key, day)] = self._daily.get((s.key, day), 0) + tokens
         for key, ttl in once:
             self._claim(key, now + ttl)
         if budgets:
@@ -150,7 +161,14 @@ class MemoryState:
             values.append(self._counters[b.key])
         self._gc_windows(window)
         return AcquireResult(lease=Lease(lease_id, scopes, tokens, window, budgets=budgets,
-                                         budget_values=tuple(values)))
+                                         budget_values=tuple(values), day=day))
+
+    def _day(self, now: float) -> int:
+        """The end of the current quota day; a new day drops the counters of the days before."""
+        day = self._quota_day.end(now)
+        if any(d < day for _, d in self._daily):
+            self._daily = {k: v for k, v in self._daily.items() if k[1] >= day}
+        return day
 
     def _gc_windows(self, window: int) -> None:
         if len(self._rpm) + len(self._tpm) > 4096:
@@ -168,6 +186,9 @@ class MemoryState:
             if s.tpm and actual_tokens is not None:
                 k = (s.key, lease.window)
                 self._tpm[k] = max(0, self._tpm[k] + actual_tokens - lease.tokens)
+            if s.daily_tokens and actual_tokens is not None and (s.key, lease.day) in self._daily:
+                d = (s.key, lease.day)
+                self._daily[d] = max(0, self._daily[d] + actual_tokens - lease.tokens)
         if self._waiting:
             self._released.set()
             self._released = asyncio.Event()

@@ -15,6 +15,7 @@ import random
 import time
 from pathlib import Path
 
+from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.observability.logging import get_logger
 from hearth.state.base import (
     AcquireResult,
@@ -27,6 +28,7 @@ from hearth.state.base import (
     minute_window,
     reservation_key,
 )
+from hearth.state.quota_day import QuotaDay
 from hearth.state.redis_scripts import (
     AcquireRequest,
     FinishRequest,
@@ -47,7 +49,12 @@ class RedisState:
     name = "redis"
     shared = True
 
-    def __init__(self, url: str, prefix: str = "hearth:", *, command_timeout_s: float = 2.0) -> None:
+    def __init__(self, url: str, prefix: str = "hearth:", *, command_timeout_s: float = 2.0,
+                 quota_day: QuotaDay | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        # ``clock`` only names the windows a script counts in (the minute, the quota day); the scripts
+        # judge expiry and Retry-After by Redis's own TIME. Tests pass a fake one to cross a boundary.
+        self._clock = clock
+        self._quota_day = quota_day or QuotaDay()
         self._redis = RespClient(url, connect_timeout_s=1.0, command_timeout_s=command_timeout_s)
         self.command_timeout_s = command_timeout_s
         self._k = Keys(prefix)
@@ -72,13 +79,14 @@ class RedisState:
                       check_epoch: bool = False) -> AcquireResult:
         if budgets:
             once = (*once, (reservation_key(lease_id), ttl_s))
-        now = time.time() + self.clock_offset_s
+        now = self._clock.now() + self.clock_offset_s
+        day = self._quota_day.end(now) if any(s.daily_tokens for s in scopes) else 0
         expected = ""
         if check_epoch:
             expected = self.epoch.encode() if self.epoch is not None else "-"  # "-" never matches
         req = AcquireRequest(lease_id, scopes, tokens, int(ttl_s * 1000), minute_window(now), cooldown_keys,
                              budgets, once, int((deadline + self.clock_offset_s) * 1000) if deadline else 0,
-                             expected)
+                             expected, day)
         keys, args = req.encode(self._k)
         try:
             res = await self._redis.run(self._acquire, keys, args)
@@ -98,7 +106,7 @@ class RedisState:
 
         Slots are removed by lease id (a no-op if never taken); budgets are refunded only if the
         reservation key exists, i.e. only if the script really ran. TPM is left as counted."""
-        lease = Lease(req.lease_id, req.scopes, req.tokens, req.minute, budgets=req.budgets)
+        lease = Lease(req.lease_id, req.scopes, req.tokens, req.minute, budgets=req.budgets, day=req.day_end)
         self._orphans.append(FinishRequest(self._k.once(reservation_key(req.lease_id)), bool(req.budgets),
                                            ((lease, req.tokens),), req.budgets,
                                            tuple(b.amount for b in req.budgets)))

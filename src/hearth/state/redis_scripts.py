@@ -28,6 +28,10 @@ class Keys:
     def tpm(self, scope: str, minute: int) -> str:
         return f"{self.prefix}t:{scope}:{minute}"
 
+    def day(self, scope: str, day_end: int) -> str:
+        """The scope's daily-token counter for the quota day ending at ``day_end``."""
+        return f"{self.prefix}d:{scope}:{day_end}"
+
     def budget(self, key: str) -> str:
         return f"{self.prefix}b:{key}"
 
@@ -54,11 +58,19 @@ class AcquireRequest:
     once: tuple[tuple[str, float], ...] = ()
     deadline_ms: int = 0
     expected_epoch: str = ""
+    day_end: int = 0  # the end of the quota day (unix seconds) daily tokens count in; 0 = no daily limit
+
+    @property
+    def day_scopes(self) -> tuple[Scope, ...]:
+        """The scopes with a daily-token limit, in order (a ``daily_tokens`` refusal indexes them)."""
+        return tuple(s for s in self.scopes if s.daily_tokens) if self.day_end else ()
 
     def encode(self, k: Keys) -> tuple[list[str], list[str | int]]:
+        days = self.day_scopes
         keys: list[str] = [k.epoch]
         args: list[str | int] = [self.lease_id, self.ttl_ms, self.tokens, len(self.scopes), len(self.budgets),
-                                 len(self.once), self.deadline_ms, self.expected_epoch, self.minute]
+                                 len(self.once), self.deadline_ms, self.expected_epoch, self.minute,
+                                 len(days), self.day_end * 1000]
         for s in self.scopes:
             keys += [k.concurrency(s.key), k.rpm(s.key, self.minute), k.tpm(s.key, self.minute)]
             args += [s.max_concurrency, s.rpm, s.tpm]
@@ -68,6 +80,9 @@ class AcquireRequest:
         for key, ttl in self.once:
             keys.append(k.once(key))
             args.append(max(1, int(ttl * 1000)))
+        for s in days:
+            keys.append(k.day(s.key, self.day_end))
+            args.append(s.daily_tokens)
         keys += [k.cooldown(c) for c in self.cooldown_keys]
         return keys, args
 
@@ -83,7 +98,7 @@ def decode_acquire(req: AcquireRequest, res: Sequence[object]) -> AcquireReply:
     if int(res[0]) == 1:  # type: ignore[call-overload]
         values = tuple(int(v) for v in res[2:])  # type: ignore[call-overload]
         return AcquireReply(Lease(req.lease_id, req.scopes, req.tokens, int(res[1]),  # type: ignore[call-overload]
-                                  budgets=req.budgets, budget_values=values), None)
+                                  budgets=req.budgets, budget_values=values, day=req.day_end), None)
     index = int(res[1])  # type: ignore[call-overload]
     raw_limit = res[2]
     limit = Limit(raw_limit.decode() if isinstance(raw_limit, bytes) else str(raw_limit))
@@ -97,6 +112,7 @@ def decode_acquire(req: AcquireRequest, res: Sequence[object]) -> AcquireReply:
         Limit.ONCE: lambda: req.once[index - 1][0],
         Limit.COOLDOWN: lambda: req.cooldown_keys[index - 1],
         Limit.BUDGET: lambda: req.budgets[index - 1].key,
+        Limit.DAILY_TOKENS: lambda: req.day_scopes[index - 1].key,
     }.get(limit, lambda: req.scopes[index - 1].key)()
     return AcquireReply(None, Refusal(scope, limit, wait_s))
 
@@ -118,7 +134,10 @@ class FinishRequest:
             args += [held.lease_id, 0 if tokens is None else tokens - held.tokens, len(held.scopes)]
             for s in held.scopes:
                 keys += [k.concurrency(s.key), k.tpm(s.key, held.window)]
-                args += ["1" if s.max_concurrency else "0", "1" if s.tpm else "0"]
+                daily = bool(s.daily_tokens and held.day)
+                if daily:  # the day's counter follows only for scopes that count one
+                    keys.append(k.day(s.key, held.day))
+                args += ["1" if s.max_concurrency else "0", "1" if s.tpm else "0", "1" if daily else "0"]
         keys += [k.budget(c.key) for c in self.budgets]
         args += list(self.refunds)
         return keys, args

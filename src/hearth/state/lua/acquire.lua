@@ -3,10 +3,12 @@
 -- The contract (key and argument order) is written once, in hearth.state.redis.AcquireScript.
 -- KEYS: 1 = epoch key; then per scope i (0-based): 2+3i = lease zset, 3+3i = rpm counter of the
 --       minute, 4+3i = tpm counter of the minute; then m budget counters; then o one-time keys;
---       then the cooldown keys.
+--       then d daily-token counters (of the quota day ending at day_end_ms); then the cooldown keys.
 -- ARGV: lease_id, ttl_ms, tokens, n_scopes, m_budgets, o_once, deadline_ms (0 = none),
---       expected_epoch ('' = not checked), minute; then per scope: maxc, rpm, tpm; then per
---       budget: limit, amount, ttl_ms; then per one-time key: ttl_ms.
+--       expected_epoch ('' = not checked), minute, d_days, day_end_ms; then per scope: maxc, rpm,
+--       tpm; then per budget: limit, amount, ttl_ms; then per one-time key: ttl_ms; then per
+--       daily-token counter: its limit. (The quota day's end is computed by the caller in its time
+--       zone; this script only compares it with the server's clock.)
 -- Returns {1, minute, budget counters after the charge...} when admitted,
 -- else {0, index within its group (1-based), limit, retry_after_ms, current epoch}.
 local t = redis.call('TIME')
@@ -25,12 +27,16 @@ local m = tonumber(ARGV[5])
 local o = tonumber(ARGV[6])
 local minute = tonumber(ARGV[9])
 local window_end = (minute + 1) * 60000
-local a0 = 9             -- ARGV offset before the first scope triple
+local d = tonumber(ARGV[10])
+local day_left = math.max(0, tonumber(ARGV[11]) - now)
+local a0 = 11            -- ARGV offset before the first scope triple
 local b0 = a0 + 3 * n    -- ARGV offset before the first budget triple
 local o0 = b0 + 3 * m    -- ARGV offset before the first one-time TTL
+local d0 = o0 + o        -- ARGV offset before the first daily limit
 local kb = 1 + 3 * n     -- KEYS offset before the first budget key
 local ko = kb + m        -- KEYS offset before the first one-time key
-local kc = ko + o        -- KEYS offset before the first cooldown key
+local kd = ko + o        -- KEYS offset before the first daily-token counter
+local kc = kd + d        -- KEYS offset before the first cooldown key
 
 for i = 1, o do
   if redis.call('EXISTS', KEYS[ko + i]) == 1 then return {0, i, 'once', 0, ''} end
@@ -61,6 +67,11 @@ for i = 0, n - 1 do
   end
 end
 
+for i = 1, d do
+  local used = tonumber(redis.call('GET', KEYS[kd + i]) or '0')
+  if used + tokens > tonumber(ARGV[d0 + i]) then return {0, i, 'daily_tokens', day_left, ''} end
+end
+
 for i = 1, m do
   local limit = tonumber(ARGV[b0 + 3 * i - 2])
   local amount = tonumber(ARGV[b0 + 3 * i - 1])
@@ -89,6 +100,11 @@ end
 
 for i = 1, o do
   redis.call('SET', KEYS[ko + i], '1', 'PX', tonumber(ARGV[o0 + i]))
+end
+
+for i = 1, d do  -- kept an hour past the day's end, for corrections of calls still running then
+  redis.call('INCRBY', KEYS[kd + i], tokens)
+  redis.call('PEXPIRE', KEYS[kd + i], day_left + 3600000)
 end
 
 local result = {1, minute}

@@ -1,14 +1,20 @@
 -- Finish a call in one step: release several leases (concurrency slots, TPM correction) and settle
 -- the call's budget reservations exactly once.
 -- KEYS: 1 = the call's reservation key (set by acquire.lua for the lease TTL); 2 = the epoch key;
---       then, for each lease
---       and each of its scopes: lease zset, tpm counter of the lease's window; then the budget counters.
+--       then, for each lease and each of its scopes: lease zset, tpm counter of the lease's window,
+--       and (only if has_day) the daily-token counter of the lease's quota day; then the budget counters.
 -- ARGV: settle (1 or 0 = release only), n_leases, then per lease: lease_id, delta_tokens, n_scopes,
---       then per scope: has_conc, has_tpm; then one refund per budget counter (negative: an overrun,
---       charged in full).
+--       then per scope: has_conc, has_tpm, has_day; then one refund per budget counter (negative: an
+--       overrun, charged in full).
 -- Returns {1, epoch, counters after the settlement...} if this invocation settled the budgets (it
 -- deleted the reservation key; epoch = the data generation it was applied to), {0} if the call was
 -- settled before or its reservation expired (then it stays spent); {1} when only releasing.
+local function correct(key, delta)  -- a token counter moved by delta, never below zero
+  if delta ~= 0 and redis.call('EXISTS', key) == 1 then
+    local v = redis.call('INCRBY', key, delta)
+    if v < 0 then redis.call('SET', key, 0, 'KEEPTTL') end
+  end
+end
 local k = 3
 local a = 3
 for _ = 1, tonumber(ARGV[2]) do
@@ -18,12 +24,13 @@ for _ = 1, tonumber(ARGV[2]) do
   a = a + 3
   for _ = 1, n do
     if ARGV[a] == '1' then redis.call('ZREM', KEYS[k], lease) end
-    if ARGV[a + 1] == '1' and delta ~= 0 and redis.call('EXISTS', KEYS[k + 1]) == 1 then
-      local v = redis.call('INCRBY', KEYS[k + 1], delta)
-      if v < 0 then redis.call('SET', KEYS[k + 1], 0, 'KEEPTTL') end
-    end
+    if ARGV[a + 1] == '1' then correct(KEYS[k + 1], delta) end
     k = k + 2
-    a = a + 2
+    if ARGV[a + 2] == '1' then
+      correct(KEYS[k], delta)
+      k = k + 1
+    end
+    a = a + 3
   end
 end
 if ARGV[1] == '0' then return {1} end
