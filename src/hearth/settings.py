@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import Field, field_validator
@@ -53,12 +54,15 @@ class Settings(BaseSettings):
                                    "an admission script that runs later than this refuses")
     budget_image_tokens: int = Field(default=2_000, ge=1, description="what a strict budget reserves for one "
                                      "image part of a prompt (an upper bound of what providers bill for it)")
-    ledger_commit_timeout_s: float = Field(default=5.0, gt=0, description="longest wait for a budget "
-                                           "reservation to be committed to the database before the call is "
-                                           "refused (503)")
+    ledger_commit_timeout_s: float = Field(default=2.0, gt=0, description="the reservation window: a budgeted "
+                                           "call whose reservation is not committed to the database within "
+                                           "this time of its admission is refused (503); after a state-backend "
+                                           "loss the rebuild waits this long before reading the ledger")
     stream_send_timeout_s: float = Field(default=30.0, gt=0, description="a stream whose client has not "
                                          "taken the next frame within this time (the server's write buffer "
                                          "stayed full) is ended as 499 client_too_slow and its slots freed")
+    quota_time_zone: str = Field(default="UTC", description="time zone of the quota day: quota groups' "
+                                 "`daily_tokens` reset at midnight there (an IANA name, e.g. Asia/Shanghai)")
     breaker_failures: int = Field(default=3, ge=1, description="consecutive failures that open a circuit")
     breaker_open_s: float = Field(default=30.0, gt=0, description="how long an open circuit stays open")
     max_request_bytes: int = 8 * 1024 * 1024
@@ -69,10 +73,21 @@ class Settings(BaseSettings):
     request_log_flush_s: float = Field(default=0.5, gt=0)
 
     registry_refresh_s: float = Field(default=5.0, gt=0, description="how often to pick up other processes' changes")
+    registry_strict: bool = Field(default=False, description="refuse to start unless the registry has an enabled "
+                                  "provider and an enabled model with an enabled endpoint (else a warning)")
 
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="browser origins allowed to call Hearth (CORS), comma-separated "
         "in the environment, e.g. `https://console.example.com`; `*` allows any; empty: no CORS headers")
+
+    @field_validator("quota_time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r} (an IANA name such as UTC or Asia/Shanghai)") from exc
+        return value
 
     @field_validator("cors_origins", mode="before")
     @classmethod

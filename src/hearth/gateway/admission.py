@@ -26,8 +26,8 @@ from hearth.state.base import Lease, Refusal, Scope, StateBackend, StateUnavaila
 def scopes_for(ep: Endpoint) -> tuple[Scope, ...]:
     scopes = [Scope(f"ep:{ep.name}", ep.max_concurrency, ep.rpm, ep.tpm)]
     g = ep.quota_group
-    if g is not None and (g.max_concurrency or g.rpm or g.tpm):
-        scopes.append(Scope(f"qg:{g.name}", g.max_concurrency, g.rpm, g.tpm))
+    if g is not None and (g.max_concurrency or g.rpm or g.tpm or g.daily_tokens):
+        scopes.append(Scope(f"qg:{g.name}", g.max_concurrency, g.rpm, g.tpm, g.daily_tokens))
     return tuple(scopes)
 
 
@@ -76,7 +76,8 @@ async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, .
             if result.refusal.limit == "cooldown":
                 health.cool_down(ep.name, now + result.refusal.retry_after_s)
         remaining = give_up - time.monotonic()
-        if remaining <= 0:
+        # A window or a day that ends after the wait would: waiting cannot help, say so at once.
+        if remaining <= 0 or all(r.retry_after_s > remaining for _, r in refusals):
             raise _capacity_error(refusals, health, wait_s)
         await state.wait_for_release(min(remaining, 0.25))
 
@@ -95,8 +96,8 @@ def _capacity_error(refusals: list[tuple[Endpoint, Refusal]], health: HealthBook
                            retry_after=wait)
     waits = [_refusal_wait(ep, r, health, waited_s) for ep, r in refusals]
     limits = sorted({r.limit for _, r in refusals})
-    return HearthError("capacity_exhausted", details={"limits": limits},
-                       retry_after=min(waits) if waits else None)
+    return HearthError("capacity_exhausted", f"All endpoints of the model are at their limits ({', '.join(limits)}).",
+                       details={"limits": limits}, retry_after=min(waits) if waits else None)
 
 
 def _refusal_wait(ep: Endpoint, refusal: Refusal, health: HealthBook, waited_s: float) -> float:

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
 from hearth.state.memory import MemoryState
+from hearth.state.quota_day import QuotaDay
 
 _PG_LOCK_ID = 0x48454D53  # "HEMS"
 
@@ -31,8 +32,9 @@ def create_state(settings: Settings) -> StateBackend:
     if settings.state_backend == "redis":
         from hearth.state.redis import RedisState  # redis-py is only loaded when used
 
-        return RedisState(settings.redis_url, settings.redis_prefix, command_timeout_s=settings.state_timeout_s)
-    return MemoryState()
+        return RedisState(settings.redis_url, settings.redis_prefix, command_timeout_s=settings.state_timeout_s,
+                          quota_day=QuotaDay(settings.quota_time_zone))
+    return MemoryState(quota_day=QuotaDay(settings.quota_time_zone))
 
 
 def refuse_memory_with_workers(settings: Settings) -> None:
