@@ -4,6 +4,7 @@ add up, overruns charged in full, the expiry sweep, and the rebuild snapshot —
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +20,11 @@ from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger, dead_rows
 
 KEY = "daily|app|app|d20261129"
+
+
+def soon() -> float:
+    """A reservation window no test here comes near (see test_reservation_window.py for the window)."""
+    return time.monotonic() + 30
 
 
 @pytest.fixture
@@ -46,14 +52,14 @@ async def ledger(engine: AsyncEngine) -> AsyncIterator[BudgetLedger]:
 
 async def test_a_reservation_is_in_the_database_when_reserve_returns(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
-    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
+    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), deadline=soon())
     assert [(r["kind"], r["amount"]) for r in await rows(engine)] == [("reserve", 1000)]
     assert (await balances(engine))[KEY] == Balance(used=1000, spent=0, reserved=1000)
 
 
 async def test_concurrent_reservations_share_transactions(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
-    await asyncio.gather(*[ledger.reserve(f"c{i}", (Charge("daily", KEY, 10),), None) for i in range(200)])
+    await asyncio.gather(*[ledger.reserve(f"c{i}", (Charge("daily", KEY, 10),), deadline=soon()) for i in range(200)])
     assert ledger.reservations_committed == 200
     assert ledger.reservation_commits < 50  # group commit: far fewer transactions than calls
     assert (await balances(engine))[KEY].used == 2000
@@ -63,7 +69,7 @@ async def test_a_reservation_the_database_cannot_take_is_refused_not_assumed(tmp
     broken = create_engine(f"sqlite+aiosqlite:///{tmp_path}/missing-dir/none/x.db")
     ledger = BudgetLedger(broken, MemoryState())
     with pytest.raises(ReservationNotDurable) as caught:
-        await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
+        await ledger.reserve("c1", (Charge("daily", KEY, 1000),), deadline=soon())
     assert caught.value.uncertain is False  # nothing was committed: the caller may refund
     assert ledger.database_ok is False
     await ledger.stop()
@@ -72,7 +78,7 @@ async def test_a_reservation_the_database_cannot_take_is_refused_not_assumed(tmp
 
 async def test_settlement_after_reservation_adds_up(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
-    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
+    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), deadline=soon())
     ledger.settled("c1", "daily", KEY, charged=300, refund=700, overrun=0)
     await ledger.flush()
     assert [r["kind"] for r in await rows(engine)] == ["reserve", "settle"]
@@ -81,7 +87,7 @@ async def test_settlement_after_reservation_adds_up(
 
 async def test_an_overrun_is_charged_in_full(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
-    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), None)
+    await ledger.reserve("c1", (Charge("daily", KEY, 1000),), deadline=soon())
     ledger.settled("c1", "daily", KEY, charged=1300, refund=0, overrun=300)
     await ledger.flush()
     assert (await balances(engine))[KEY] == Balance(used=1300, spent=1300, reserved=0)
@@ -90,8 +96,8 @@ async def test_an_overrun_is_charged_in_full(
 async def test_mixed_rows_add_up_per_counter(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
     other = "tokens|app|u1|m202611"
-    await ledger.reserve("a", (Charge("daily", KEY, 100), Charge("monthly", other, 50)), None)
-    await ledger.reserve("b", (Charge("daily", KEY, 200),), None)  # open: its process died
+    await ledger.reserve("a", (Charge("daily", KEY, 100), Charge("monthly", other, 50)), deadline=soon())
+    await ledger.reserve("b", (Charge("daily", KEY, 200),), deadline=soon())  # open: its process died
     ledger.settled("a", "daily", KEY, charged=60, refund=40, overrun=0)
     ledger.settled("a", "monthly", other, charged=50, refund=0, overrun=0)
     await ledger.flush()
@@ -102,8 +108,8 @@ async def test_mixed_rows_add_up_per_counter(
 
 async def test_the_sweeper_closes_dead_reservations_as_spent_once(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
-    await ledger.reserve("dead", (Charge("daily", KEY, 200),), None)
-    await ledger.reserve("live", (Charge("daily", KEY, 100),), None)
+    await ledger.reserve("dead", (Charge("daily", KEY, 200),), deadline=soon())
+    await ledger.reserve("live", (Charge("daily", KEY, 100),), deadline=soon())
     async with engine.begin() as conn:  # the dead call's reservation is old
         await conn.execute(update(budget_ledger).where(budget_ledger.c.call_id == "dead")
                            .values(created_at=datetime.now(UTC) - timedelta(hours=1)))
@@ -115,8 +121,8 @@ async def test_the_sweeper_closes_dead_reservations_as_spent_once(
 
 async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
-    await ledger.reserve("open", (Charge("daily", KEY, 200),), None)
-    await ledger.reserve("done", (Charge("daily", KEY, 100),), None)
+    await ledger.reserve("open", (Charge("daily", KEY, 200),), deadline=soon())
+    await ledger.reserve("done", (Charge("daily", KEY, 100),), deadline=soon())
     ledger.settled("done", "daily", KEY, charged=40, refund=60, overrun=0)
     await ledger.flush()
     snap = await rebuild_snapshot(engine, open_within_s=600)
@@ -127,7 +133,7 @@ async def test_the_rebuild_snapshot_lists_open_reservations_and_the_mark(
 
 async def test_the_ledger_keeps_writing_after_a_row_the_database_refuses(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
-    await ledger.reserve("good", (Charge("daily", KEY, 100),), None)
+    await ledger.reserve("good", (Charge("daily", KEY, 100),), deadline=soon())
     ledger.settled("bad", "daily", KEY, charged=2**70, refund=0, overrun=0)  # beyond any BIGINT
     ledger.settled("good", "daily", KEY, charged=40, refund=60, overrun=0)
     await ledger.flush()

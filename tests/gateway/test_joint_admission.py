@@ -256,7 +256,7 @@ async def ledger(tmp_path: Path, state: Any) -> AsyncIterator[BudgetLedger]:
     await migrate(engine)
     book = BudgetLedger(engine, state)
     book.recovery = StateRecovery(state, engine, Registry, reservation_ttl_s=30.0,  # type: ignore[attr-defined]
-                                  open_within_s=600.0)
+                                  open_within_s=600.0, reservation_window_s=2.0)
     await book.recovery.ensure()  # type: ignore[attr-defined]
     yield book
     await book.stop()

@@ -3,28 +3,33 @@
 **Reservations are durable before the model is called.** :meth:`BudgetLedger.reserve` returns only
 once the call's ``reserve`` rows are committed. Concurrent reservations share one transaction (group
 commit: a commit starts as soon as one is waiting, and everything that arrives while it runs goes
-into the next one), so under load the cost is a short wait, not a transaction per call. Rebuilding
-the state backend's counters from the ledger is therefore exact: no admitted call can have reached
-an upstream without its reservation in the database.
+into the next one), so under load the cost is a short wait, not a transaction per call.
+
+**The reservation window** makes rebuilding the state backend's counters from the ledger exact. A
+reservation lets its call proceed only if it was committed before its ``deadline``: the moment its
+admission was sent plus ``commit_timeout_s``. An admission a lost backend took ran before the loss,
+so every reservation that let a call proceed is in the database at most one window after the loss;
+:class:`~hearth.gateway.state_recovery.StateRecovery` reads the ledger one window after it noticed the
+loss, and so counts them all — no per-call question to the backend after the commit. A reservation
+committed too late refuses its call and stays spent (the sweeper closes it as spent, as the counters
+hold it).
 
 **Settlements are asynchronous** (a batch every ``flush_s``): a settlement that is lost (the process
 died) leaves its reservation spent, the safe side; the sweeper (:mod:`hearth.gateway.budget_balances`)
 closes such reservations as spent after the lease TTL. A row the database refuses goes to
 ``dead_rows`` (:func:`~hearth.store.batch_insert.insert_isolating`); the writer never stops for one row.
-
-**Epochs.** Each row remembers the state-backend epoch it was applied under. If the backend lost its
-data and a rebuild read the ledger *before* the row was committed (its id is above the epoch's
-``mark``), the rebuilt counters lack it: a reservation is then refused (:class:`ReservationSuperseded`,
-the call never reaches an upstream) and refunded in the ledger; a settlement's refund is re-applied
-to the rebuilt counters. This module owns writes to ``budget_ledger``.
+A settlement remembers the state-backend epoch it was applied under: if the backend lost its data and
+the rebuild read the ledger before the settlement was committed (its id is above the epoch's
+``mark``), its refund is re-applied to the rebuilt counters. This module owns writes to ``budget_ledger``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.observability.logging import get_logger
-from hearth.state.base import Epoch, StateBackend, StateUnavailable
+from hearth.state.base import StateBackend, StateUnavailable
 from hearth.store.batch_insert import insert_isolating
 from hearth.store.db import stop_writer_task
 from hearth.store.tables import budget_ledger
@@ -49,11 +54,6 @@ class ReservationNotDurable(Exception):
         super().__init__(reason)
 
 
-class ReservationSuperseded(Exception):
-    """Committed, but after a rebuild of the state backend that did not count it: the call must not
-    proceed (it has been refunded in the ledger; the rebuilt counters never held it)."""
-
-
 @dataclass(slots=True, frozen=True)
 class Charge:
     budget: str
@@ -65,9 +65,7 @@ class Charge:
 class _Waiting:
     call_id: str
     charges: tuple[Charge, ...]
-    epoch: str
-    done: asyncio.Future[None]
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    done: asyncio.Future[float]  # the monotonic time the commit was seen to succeed
 
 
 class BudgetLedger:
@@ -79,7 +77,6 @@ class BudgetLedger:
         self._waiting: list[_Waiting] = []
         self._committing = False
         self._commit_task: asyncio.Task[None] | None = None
-        self._verifying: set[asyncio.Task[None]] = set()
         self._conn: AsyncConnection | None = None
         self._flush_s = flush_s
         self._batch = batch
@@ -94,7 +91,7 @@ class BudgetLedger:
         self.reservations_committed = 0
         self.reservation_commits = 0  # transactions: committed / commits = the group-commit factor
         self.reservations_failed = 0
-        self.superseded = 0
+        self.reservations_late = 0  # committed, but after their window: their calls were refused
         self.last_error: str | None = None
         self.database_ok = True  # False while reservations cannot be committed
 
@@ -103,20 +100,25 @@ class BudgetLedger:
         return len(self._rows) + len(self._waiting)
 
     # ---- reservations: durable before the call proceeds ---------------------------------------------
-    async def reserve(self, call_id: str, charges: tuple[Charge, ...], epoch: Epoch | None) -> None:
-        """Commit the call's reservation rows (group commit); raise if they are not durable."""
+    async def reserve(self, call_id: str, charges: tuple[Charge, ...], *, deadline: float) -> None:
+        """Commit the call's reservation rows (group commit) before ``deadline`` (``time.monotonic()``:
+        the admission's send time plus :attr:`commit_timeout_s`); raise if they are not durable by then."""
         loop = asyncio.get_running_loop()
-        waiting = _Waiting(call_id, charges, epoch.encode() if epoch is not None else "", loop.create_future())
+        waiting = _Waiting(call_id, charges, loop.create_future())
         waiting.done.add_done_callback(_retrieve)  # a caller that timed out no longer awaits it
         self._waiting.append(waiting)
         if not self._committing:
             self._committing = True
             self._commit_task = loop.create_task(self._commit_waiting(), name="budget-reservation-commit")
         try:
-            await asyncio.wait_for(asyncio.shield(waiting.done), self.commit_timeout_s)
+            left = max(0.0, deadline - time.monotonic())
+            committed_at = await asyncio.wait_for(asyncio.shield(waiting.done), left)
         except TimeoutError as exc:
             self.reservations_failed += 1
             raise ReservationNotDurable(True, "the database did not commit the reservation in time") from exc
+        if committed_at > deadline:  # a rebuild that began reading the ledger may have missed it
+            self.reservations_late += 1
+            raise ReservationNotDurable(True, "the reservation was committed after its window")
 
     async def _commit_waiting(self) -> None:
         try:
@@ -128,10 +130,8 @@ class BudgetLedger:
 
     async def _commit_group(self, group: list[_Waiting]) -> None:
         now = datetime.now(UTC)
-        for w in group:
-            w.rows = [{"call_id": w.call_id, "budget": c.budget, "counter_key": c.counter_key, "kind": "reserve",
-                       "amount": c.amount, "refund": 0, "overrun": 0, "created_at": now} for c in w.charges]
-        rows = [r for w in group for r in w.rows]
+        rows = [{"call_id": w.call_id, "budget": c.budget, "counter_key": c.counter_key, "kind": "reserve",
+                 "amount": c.amount, "refund": 0, "overrun": 0, "created_at": now} for w in group for c in w.charges]
         committing = False
         for attempt in (1, 2):
             reused = self._conn is not None and not self._conn.closed
@@ -158,16 +158,12 @@ class BudgetLedger:
                 for w in group:
                     _settle_future(w.done, ReservationNotDurable(committing, "the database refused the reservation"))
                 return
+        committed_at = time.monotonic()
         self.database_ok = True
         self.reservation_commits += 1
         self.reservations_committed += len(group)
-        if not self._state.shared:  # its data lives and dies with this process: no one else can rebuild it
-            for w in group:
-                _settle_future(w.done, None)
-            return
-        # Judging them needs the state backend (and, after a loss, may wait for a rebuild): that must
-        # not hold up the commits behind them.
-        self._verifying.add(asyncio.get_running_loop().create_task(self._resolve(group), name="reservation-verify"))
+        for w in group:
+            _settle_future(w.done, committed_at)
 
     async def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -177,64 +173,6 @@ class BudgetLedger:
             with contextlib.suppress(Exception):
                 await conn.close()
 
-    async def _resolve(self, group: list[_Waiting]) -> None:
-        """Let each call of ``group`` proceed, unless the backend's current counters do not hold it."""
-        try:
-            superseded = await self._superseded(group)
-        except Exception as exc:  # not known to be counted: refuse; the reservations stay spent
-            log.error("reservation_verify_failed", error=type(exc).__name__)
-            for w in group:
-                _settle_future(w.done, ReservationSuperseded(w.call_id))
-            return
-        finally:
-            self._verifying.discard(asyncio.current_task())
-        for w in group:
-            if w.call_id in superseded:
-                self.superseded += 1
-                self.refund_unused(w.call_id, w.charges)
-                _settle_future(w.done, ReservationSuperseded(w.call_id))
-            else:
-                _settle_future(w.done, None)
-
-    async def _superseded(self, group: list[_Waiting]) -> set[str]:
-        """Calls of ``group`` whose reservation the state backend's current counters do not hold.
-
-        Reservations admitted under no known epoch (only outside the gateway: admission checks it
-        whenever there is money) are not checked."""
-        group = [w for w in group if w.epoch]
-        if not group:
-            return set()
-        try:
-            current = await self._state.read_epoch()
-        except StateUnavailable:
-            return set()  # the call fails on the backend anyway; its reservation stays spent
-        if current is not None and all(w.epoch == current.encode() for w in group):
-            return set()
-        current = await self._wait_for_epoch(current)
-        if current is None:
-            return {w.call_id for w in group}
-        stale = [w.call_id for w in group if w.epoch != current.encode()]
-        if not stale:
-            return set()
-        ids = await self._reserve_ids(stale)
-        return {call_id for call_id, row_id in ids if row_id > current.mark}
-
-    async def _wait_for_epoch(self, current: Epoch | None, timeout_s: float = 3.0) -> Epoch | None:
-        """The backend lost its data: wait (briefly) for some process to rebuild it."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + timeout_s
-        while current is None and loop.time() < give_up:
-            await asyncio.sleep(0.05)
-            with contextlib.suppress(StateUnavailable):
-                current = await self._state.read_epoch()
-        return current
-
-    async def _reserve_ids(self, call_ids: list[str]) -> list[tuple[str, int]]:
-        c = budget_ledger.c
-        async with self._engine.connect() as conn:
-            result = await conn.execute(select(c.call_id, c.id).where(c.kind == "reserve", c.call_id.in_(call_ids)))
-            return [(row[0], int(row[1])) for row in result]
-
     # ---- settlements: asynchronous ---------------------------------------------------------------------
     def settled(self, call_id: str, budget: str, counter_key: str, charged: int, refund: int, overrun: int,
                 epoch: str = "") -> None:
@@ -243,11 +181,6 @@ class BudgetLedger:
         self._rows.append(({"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "settle",
                             "amount": charged, "refund": refund, "overrun": overrun,
                             "created_at": datetime.now(UTC)}, epoch))
-
-    def refund_unused(self, call_id: str, charges: tuple[Charge, ...]) -> None:
-        """The call never reached an upstream and the backend holds none of its reservation."""
-        for c in charges:
-            self.settled(call_id, c.budget, c.counter_key, 0, c.amount, 0)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="budget-ledger-writer")
@@ -323,19 +256,19 @@ class BudgetLedger:
         return {"written": self.written, "pending": len(self._rows), "dead": self.dead,
                 "failed_batches": self.failed_batches, "reservations_committed": self.reservations_committed,
                 "reservation_commits": self.reservation_commits, "reservations_failed": self.reservations_failed,
-                "reservations_superseded": self.superseded, "database_ok": self.database_ok,
+                "reservations_late": self.reservations_late, "database_ok": self.database_ok,
                 "last_error": self.last_error}
 
 
-def _retrieve(fut: asyncio.Future[None]) -> None:
+def _retrieve(fut: asyncio.Future[float]) -> None:
     if not fut.cancelled():
         fut.exception()
 
 
-def _settle_future(fut: asyncio.Future[None], outcome: BaseException | None) -> None:
+def _settle_future(fut: asyncio.Future[float], outcome: float | BaseException) -> None:
     if fut.done():
         return
-    if outcome is None:
-        fut.set_result(None)
-    else:
+    if isinstance(outcome, BaseException):
         fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)

@@ -7,8 +7,10 @@ other (no RPM spent by a call that then failed its budget), and parallel request
 overshoot a limit between a check and a deduction. Concurrency refusals wait briefly
 (``limit_wait_s``, default 3 s) for a slot; RPM, TPM and budget refusals answer 429 at once.
 
-A budget reservation is then committed to the ledger (group commit) before this returns: no call
-reaches an upstream with a reservation the database does not hold.
+A budget reservation is then committed to the ledger (group commit) before this returns, within the
+reservation window counted from the moment the admission was sent: no call reaches an upstream with
+a reservation the database does not hold, or one a rebuild of the state backend could have missed
+(see :mod:`hearth.gateway.budget_ledger`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 from hearth.gateway.admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.budget import Applicable
-from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable, ReservationSuperseded
+from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
@@ -124,6 +126,7 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: Stat
     epoch_retried = False
     while True:
         known = state.epoch
+        sent = time.monotonic()
         try:
             result = await state.acquire(call_id, want.scopes + extra, want.tokens, limits.lease_ttl_s, cooldowns,
                                          charges, once, deadline=time.time() + limits.state_timeout_s,
@@ -160,7 +163,7 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: Stat
         grant.preadmitted = Admitted(endpoint, endpoint_lease)
     if charges:
         grant.remaining = _left(want.budgets, lease.budget_values)
-        await _make_durable(state, ledger, grant)
+        await _make_durable(state, ledger, grant, deadline=sent + ledger.commit_timeout_s)
     return grant
 
 
@@ -169,20 +172,18 @@ def _left(budgets: Sequence[Applicable], counters: tuple[int, ...]) -> list[tupl
     return [(a, a.budget.limit - v) for a, v in zip(budgets, counters, strict=True)]
 
 
-async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant) -> None:
-    """Commit the reservation to the ledger; if that fails, give back what the backend took and raise."""
+async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant, *, deadline: float) -> None:
+    """Commit the reservation to the ledger by ``deadline``; if that fails, give back what the backend
+    took and raise."""
     rows = tuple(Charge(a.budget.name, c.key, c.amount) for a, c in zip(grant.budgets, grant.charges, strict=True))
     try:
-        await ledger.reserve(grant.call_id, rows, state.epoch)
+        await ledger.reserve(grant.call_id, rows, deadline=deadline)
     except ReservationNotDurable as exc:
         # Certainly not written: refund. Perhaps written (the commit itself failed or timed out): it
         # stays spent, as the sweeper will record it — the counters and the ledger then agree.
         await finish_caller(state, ledger, grant, None, () if exc.uncertain else (0,) * len(rows),
                             settle=not exc.uncertain, record=False)
         raise HearthError("budget_ledger_unavailable", retry_after=2) from exc
-    except ReservationSuperseded as exc:
-        await finish_caller(state, ledger, grant, None, (), settle=False)
-        raise HearthError("state_backend_reset", retry_after=1) from exc
     except asyncio.CancelledError:  # the caller left; the commit may still land: leave it spent
         await asyncio.shield(finish_caller(state, ledger, grant, None, (), settle=False))
         raise

@@ -8,7 +8,11 @@ installing counters, the reservation keys of calls in flight and a new epoch in 
 (the first process to finish wins; the others adopt its epoch). Until then budgeted and signed
 calls get 503 ``state_backend_reset`` with Retry-After. The epoch is also recorded in the database,
 so a backend without one is told apart: new (this database never saw an epoch; nothing was lost)
-or emptied (signed requests older than the rebuild are refused). A watcher reads the epoch every
+or emptied (signed requests older than the rebuild are refused). An emptied shared backend is read
+from the ledger only one *reservation window* after the loss was noticed: every reservation that let
+a call proceed was committed within that window of its admission, and every admission the lost
+backend took ran before the loss, so the rebuild counts them all (see
+:mod:`hearth.gateway.budget_ledger`). A watcher reads the epoch every
 ``check_s`` so a loss is noticed within a second even without traffic, in every process.
 """
 
@@ -33,12 +37,14 @@ log = get_logger("hearth.state_recovery")
 
 class StateRecovery:
     def __init__(self, state: StateBackend, engine: AsyncEngine, registry: Callable[[], Registry], *,
-                 reservation_ttl_s: float, open_within_s: float, check_s: float = 1.0) -> None:
+                 reservation_ttl_s: float, open_within_s: float, reservation_window_s: float,
+                 check_s: float = 1.0) -> None:
         self._state = state
         self._engine = engine
         self._registry = registry
         self._reservation_ttl_s = reservation_ttl_s
         self._open_within_s = open_within_s
+        self._window_s = reservation_window_s
         self._check_s = check_s
         self._running: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -64,12 +70,17 @@ class StateRecovery:
     async def _recover(self) -> None:
         current = await self._state.read_epoch()
         if current is None:
-            current = await self._rebuild()
+            noticed = time.monotonic()
+            previous = await last_epoch(self._engine)
+            if previous is not None and self._state.shared:
+                # Reservations admitted just before the loss may still be committing: wait them out.
+                await asyncio.sleep(max(0.0, noticed + self._window_s - time.monotonic()))
+            current = await self._rebuild(first=previous is None)
         elif current != self._state.epoch:
             log.info("state_epoch_adopted", epoch=current.id)
         self._state.epoch = current
 
-    async def _rebuild(self) -> Epoch:
+    async def _rebuild(self, *, first: bool) -> Epoch:
         started = time.monotonic()
         snap = await rebuild_snapshot(self._engine, self._open_within_s)
         names = {b.name: b for b in self._registry().budgets}
@@ -82,7 +93,7 @@ class StateRecovery:
             if key.endswith("|" + suffix):  # past periods are never charged again
                 counters[key] = (bal.used, ttl)
         now = time.time()
-        if await last_epoch(self._engine) is None:
+        if first:
             lost_at = 0.0  # this deployment never had state before: nothing was lost, no nonce to forget
         elif self._state.name == "memory":
             # Its data is "lost" only by a process restart, never within a second of the previous
