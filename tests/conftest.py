@@ -1,5 +1,8 @@
 """Shared fixtures: real PostgreSQL, real Redis, fake upstreams and Hearth servers over real HTTP.
 
+Fixtures only: plain helpers (constants, registries, bodies) are in :mod:`tests.support`, which
+test modules import; no test module imports this one.
+
 PostgreSQL and Redis are the machine's services (127.0.0.1). Each test gets its own PostgreSQL
 database and its own Redis key prefix, so tests never see each other's data. If a service is
 missing the test is skipped with the reason — except under ``CI=true``, where it fails.
@@ -17,7 +20,6 @@ from typing import Any
 import asyncpg
 import pytest
 import redis
-import yaml
 
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
@@ -25,15 +27,11 @@ from hearth.state.memory import MemoryState
 from hearth.state.redis import RedisState
 from hearth.testing.fake_upstream import FakeUpstream
 from hearth.testing.server_thread import HearthServerThread
+from tests.support import IN_CI, MASTER_KEY, PG_ADMIN_DSN, REDIS_URL, write_config
 
 # Tests configure Hearth explicitly; settings from the developer's shell (or `make`) must not leak in.
 for _name in [n for n in os.environ if n.startswith("HEARTH_") and not n.startswith("HEARTH_TEST_")]:
     del os.environ[_name]
-
-PG_ADMIN_DSN = os.environ.get("HEARTH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS_URL = os.environ.get("HEARTH_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-IN_CI = os.environ.get("CI", "").lower() == "true"
-MASTER_KEY = "00" * 32
 
 
 def _unavailable(what: str, exc: BaseException) -> None:
@@ -141,26 +139,6 @@ def fake2() -> Iterator[FakeUpstream]:
     yield from _running_fake()
 
 
-def write_config(path: Path, registry: dict[str, Any], server: dict[str, Any] | None = None) -> Path:
-    path.write_text(yaml.safe_dump({"server": server or {}, **registry}))
-    return path
-
-
-def gateway_registry(endpoints: list[dict[str, Any]], *, model: str = "m",
-                     quota_groups: list[dict[str, Any]] | None = None,
-                     prices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A registry with one provider per kind, the given endpoints in model ``model``, caller key ``test-key-123``."""
-    return {
-        "providers": [{"name": "openai-like", "kind": "openai"}, {"name": "anthropic-like", "kind": "anthropic"},
-                      {"name": "sim", "kind": "simulated"}],
-        "quota_groups": quota_groups or [],
-        "endpoints": endpoints,
-        "models": [{"name": model, "endpoints": [e["name"] for e in endpoints]}],
-        "prices": prices or [],
-        "callers": [{"name": "tester", "key": "test-key-123"}],
-    }
-
-
 ServerFactory = Callable[..., HearthServerThread]
 
 
@@ -182,14 +160,6 @@ def hearth_server(tmp_path: Path) -> Iterator[ServerFactory]:
     yield start
     for server in reversed(started):
         server.stop()
-
-
-AUTH = {"Authorization": "Bearer test-key-123"}
-ADMIN = {"Authorization": "Bearer admin-token-xyz"}
-
-
-def chat_body(content: str = "hello", **extra: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "user", "content": content}], **extra}
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import MASTER_KEY
+from tests.support import MASTER_KEY
 
 
 def _hearth(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import MASTER_KEY, gateway_registry
+from tests.support import MASTER_KEY, gateway_registry
 
 _KEY = re.compile(r"^key: (\S+)$", re.MULTILINE)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
 def _registry(fake: Any) -> dict[str, Any]:
@@ -94,7 +94,7 @@ async def test_changes_made_by_another_process_are_picked_up(fake, hearth_server
     from hearth.registry.config import RegistrySpec
     from hearth.registry.key_vault import KeyVault
     from hearth.registry.store import apply_registry
-    from tests.conftest import MASTER_KEY
+    from tests.support import MASTER_KEY
 
     server = hearth_server(_registry(fake))
     rt = server.runtime

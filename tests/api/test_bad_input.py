@@ -15,7 +15,7 @@ import pytest
 from hearth.api.chat_validation import MAX_OUTPUT_TOKENS
 from hearth.api.request_body import MAX_JSON_DEPTH, json_too_deep, parse_json_object
 from hearth.errors import HearthError
-from tests.conftest import AUTH, gateway_registry
+from tests.support import AUTH, gateway_registry
 
 USER = {"role": "user", "content": "hi"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 
 def _pool(fake: Any, n: int = 3) -> dict[str, Any]:

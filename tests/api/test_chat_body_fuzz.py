@@ -15,7 +15,7 @@ import httpx
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.conftest import AUTH, gateway_registry
+from tests.support import AUTH, gateway_registry
 
 MAX_EXAMPLES = 150
 

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from hearth.testing.fake_upstream import FakeUpstream
-from tests.conftest import ADMIN, AUTH, chat_body
+from tests.support import ADMIN, AUTH, chat_body
 
 UPSTREAM_DELAY_MS = 5000.0
 CLIENT_STAYS_S = 0.3

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hearth.settings import Settings
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 ORIGIN = "https://console.example.com"
 

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from hearth.settings import Settings
-from tests.conftest import gateway_registry
+from tests.support import gateway_registry
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

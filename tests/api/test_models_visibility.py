@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import gateway_registry
+from tests.support import gateway_registry
 
 CHAT = ["alpha", "beta", "gamma", "delta"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 
 def _registry(fake: Any) -> dict[str, Any]:

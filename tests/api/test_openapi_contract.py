@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.conftest import ADMIN, AUTH, gateway_registry
+from tests.support import ADMIN, AUTH, gateway_registry
 
 MAX_EXAMPLES = 30
 SEED = 20261201

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
 from tests.store.tcp_proxy import TcpProxy
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 FREE = {"Authorization": "Bearer free-key-456"}
 

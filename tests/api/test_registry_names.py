@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from hearth.registry.config import RegistrySpec
 from hearth.registry.names import is_valid_name
-from tests.conftest import ADMIN, gateway_registry
+from tests.support import ADMIN, gateway_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_BASE = "/api/v1/admin"

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from hearth.observability.request_id import MAX_REQUEST_ID
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
 async def _logs(http: Any, server: Any, want: int) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
 async def _logs(http: Any, server: Any, want: int, **params: Any) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import ADMIN, AUTH, chat_body
+from tests.support import ADMIN, AUTH, chat_body
 
 SEND_TIMEOUT_S = 1.0
 SLOW_CLIENTS = 60

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from hearth.auth.signing import signed_headers
-from tests.conftest import AUTH, gateway_registry
+from tests.support import AUTH, gateway_registry
 
 KEY = "admission-signing-key-0123456789"
 PATH = "/v1/chat/completions"

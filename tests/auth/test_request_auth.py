@@ -15,9 +15,8 @@ import redis
 
 from hearth.auth.signing import signed_headers
 from hearth.testing.fake_upstream import FakeUpstream
-from tests.conftest import AUTH, REDIS_URL, chat_body, gateway_registry
+from tests.support import AUTH, REDIS_URL, SIGNING_KEY, chat_body, gateway_registry
 
-SIGNING_KEY = "caller-signing-key-0123456789"
 GLOBAL_KEY = "global-signing-key-abcdefghij"
 INTERNAL_TOKEN = "internal-shared-token-xyz-42"
 PATH = "/v1/chat/completions"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hearth.auth.signing import signed_headers
-from tests.conftest import AUTH, gateway_registry
+from tests.support import AUTH, gateway_registry, load_signing_vectors
 
 SIGNING_KEY = "get-signing-key-0123456789abcdef"
 GLOBAL_KEY = "get-global-signing-key-0123456789"
@@ -153,9 +153,7 @@ async def test_a_nonce_claimed_on_one_server_is_refused_on_another(hearth_server
 
 
 def test_documented_vector_1_is_a_signed_get_on_models() -> None:
-    from tests.auth.test_signing import load_vectors
-
-    vector = load_vectors()[0]
+    vector = load_signing_vectors()[0]
     assert (vector["method"], vector["path_with_query"], vector["body_hex"]) == ("GET", "/v1/models", "")
 
 

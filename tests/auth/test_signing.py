@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,17 +33,10 @@ from hearth.auth.signing import (
     signed_headers,
     verify_request,
 )
+from tests.support import load_signing_vectors
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "signing.md"
-VECTOR_BLOCK = re.compile(r"^```json signing-test-vector\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 KEY = "hk-unit-test-signing-key"
 T0 = 1_750_000_000
-
-
-def load_vectors() -> list[dict[str, str]]:
-    vectors = [json.loads(block) for block in VECTOR_BLOCK.findall(DOC.read_text(encoding="utf-8"))]
-    assert vectors, "docs/signing.md has no ```json signing-test-vector blocks"
-    return vectors
 
 
 class NonceStore:
@@ -98,7 +90,7 @@ async def expect_error(code: str, awaitable: Awaitable[None]) -> SignatureError:
 
 
 def test_docs_cover_the_required_vector_kinds() -> None:
-    vectors = load_vectors()
+    vectors = load_signing_vectors()
     assert len(vectors) >= 3
     assert any(v["body_hex"] == "" for v in vectors), "a vector with an empty body"
     assert any("?" in v["path_with_query"] and not v["body_utf8"].isascii() for v in vectors), \
@@ -106,7 +98,7 @@ def test_docs_cover_the_required_vector_kinds() -> None:
     assert any("%" in v["path_with_query"].split("?")[0] for v in vectors), "a vector with a percent-encoded path"
 
 
-@pytest.mark.parametrize("vector", load_vectors(), ids=lambda v: v["name"])
+@pytest.mark.parametrize("vector", load_signing_vectors(), ids=lambda v: v["name"])
 async def test_documented_vector(vector: dict[str, str]) -> None:
     body = bytes.fromhex(vector["body_hex"])
     assert body.decode("utf-8") == vector["body_utf8"]

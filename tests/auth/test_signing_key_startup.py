@@ -26,7 +26,7 @@ from hearth.settings import Settings
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import callers, metadata
 from hearth.testing.server_thread import HearthServerThread, free_port
-from tests.conftest import MASTER_KEY, write_config
+from tests.support import MASTER_KEY, write_config
 
 KEY_A = MASTER_KEY
 KEY_B = "22" * 32

@@ -42,11 +42,19 @@ import orjson
 import pytest
 
 from hearth.testing.fake_upstream import FakeUpstream, prompt_tokens_for
-from tests.conftest import ADMIN, AUTH, MASTER_KEY, chat_body, write_config
 from tests.e2e import processes
 from tests.e2e.processes import HearthProcess
 from tests.e2e.redis_server import RedisServer
-from tests.gateway.test_budgets import MAX_TOKENS, budget_registry, reservation_tokens
+from tests.support import (
+    ADMIN,
+    AUTH,
+    MASTER_KEY,
+    MAX_TOKENS,
+    budget_registry,
+    chat_body,
+    reservation_tokens,
+    write_config,
+)
 
 N = 9  # reservations the budget affords
 BURST = 500

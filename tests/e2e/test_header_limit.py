@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from hearth.api.http_protocol import MAX_REQUEST_HEAD_BYTES
-from tests.conftest import AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
 from tests.e2e import processes
+from tests.support import AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
 
 
 async def _send_raw(port: int, request: bytes, *, dribble: int = 0) -> bytes:

@@ -21,16 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from hearth.auth.signing import signed_headers
-from tests.auth.test_request_auth import PATH, SIGNING_KEY, _raw, _signing_registry
-from tests.conftest import AUTH, MASTER_KEY, write_config
 from tests.e2e import processes
 from tests.e2e.processes import HearthProcess
 from tests.e2e.redis_server import RedisServer
+from tests.support import AUTH, MASTER_KEY, SIGNING_KEY, chat_body, signing_registry, write_config
 
 RECOVERY_S = 5.0
+PATH = "/v1/chat/completions"
+
+
+def _raw(content: str) -> bytes:
+    return orjson.dumps(chat_body(content))
 
 
 @pytest.fixture
@@ -79,7 +84,7 @@ async def _until(send: Callable[[], Awaitable[httpx.Response]], done: Callable[[
 
 async def test_a_signed_request_captured_before_a_redis_restart_is_refused_after_it(
         tmp_path: Path, postgres_url: str, fake: Any, redis_server: RedisServer, http: httpx.AsyncClient) -> None:
-    env = {"HEARTH_CONFIG": write_config(tmp_path / "hearth.yaml", _signing_registry(fake)),
+    env = {"HEARTH_CONFIG": write_config(tmp_path / "hearth.yaml", signing_registry(fake)),
            "HEARTH_DATABASE_URL": postgres_url, "HEARTH_STATE_BACKEND": "redis", "HEARTH_REDIS_URL": redis_server.url,
            "HEARTH_REDIS_PREFIX": "hearth-nonce:", "HEARTH_MASTER_KEY": MASTER_KEY,
            "HEARTH_ADMIN_TOKEN": "admin-token-xyz", "HEARTH_LOG_LEVEL": "warning", "HEARTH_LEASE_TTL_S": 5}

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.conftest import ADMIN, AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
 from tests.e2e import processes
+from tests.support import ADMIN, AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
 
 SECRET_A = "sk-live-TOPSECRETvalueAAAA-9x2a"
 SECRET_B = "sk-ant-TOPSECRETvalueBBBB-7y3b"

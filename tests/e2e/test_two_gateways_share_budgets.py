@@ -6,9 +6,20 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import AUTH, MASTER_KEY, chat_body, write_config
 from tests.e2e import processes
-from tests.gateway.test_budgets import MAX_TOKENS, PRICE, budget_registry, ledger_summary, reservation_tokens
+from tests.support import (
+    ADMIN,
+    AUTH,
+    MASTER_KEY,
+    MAX_TOKENS,
+    PRICE,
+    REDIS_URL,
+    budget_registry,
+    chat_body,
+    ledger_summary,
+    reservation_tokens,
+    write_config,
+)
 
 
 async def test_500_parallel_requests_across_two_processes_never_overspend(
@@ -48,7 +59,6 @@ async def test_500_parallel_requests_across_two_processes_never_overspend(
 
 
 async def _used(http: Any, base_url: str) -> float:
-    from tests.conftest import ADMIN
 
     items = (await http.get(base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
     return float(next(i["used"] for i in items if i["budget"] == "daily"))
@@ -58,7 +68,6 @@ async def test_counters_are_rebuilt_from_the_ledger_when_redis_lost_them(
         tmp_path: Path, postgres_url: str, redis_prefix: str, fake: Any, http: Any) -> None:
     import redis
 
-    from tests.conftest import REDIS_URL
 
     config = write_config(tmp_path / "hearth.yaml", budget_registry(fake, 3 * reservation_tokens(), unit="tokens"))
     env = {"HEARTH_CONFIG": config, "HEARTH_DATABASE_URL": postgres_url, "HEARTH_STATE_BACKEND": "redis",

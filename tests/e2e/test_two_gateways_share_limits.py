@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
 from tests.e2e import processes
+from tests.support import AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 
 def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:

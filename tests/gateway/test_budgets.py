@@ -7,49 +7,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior
 from hearth.wire.tokens import prompt_upper_bound
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
-
-PRICE = 1000.0  # per 1M tokens, in and out: a token costs exactly 1000 micro-units
-MAX_TOKENS = 20  # the fake upstream answers exactly 20 completion tokens, so reservations are tight
-
-
-def budget_registry(fake: Any, limit: float, unit: str = "money", **budget: Any) -> dict[str, Any]:
-    reg = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
-                             "upstream_model": "up", "max_concurrency": 1000}],
-                           prices=[{"model": "up", "input_per_1m": PRICE, "output_per_1m": PRICE}])
-    reg["budgets"] = [{"name": "daily", "caller": "tester", "scope": "caller", "period": "day", "unit": unit,
-                       "limit": limit, **budget}]
-    return reg
-
-
-def reservation_tokens() -> int:
-    return prompt_upper_bound(chat_body()) + MAX_TOKENS  # what a strict budget reserves per call
-
-
-async def ledger_summary(database_url: str) -> dict[str, Any]:
-    engine = create_engine(database_url)
-    try:
-        async with engine.connect() as conn:
-            rows = (await conn.execute(select(budget_ledger))).mappings().all()
-            dupes = (await conn.execute(
-                select(budget_ledger.c.call_id, budget_ledger.c.kind, func.count())
-                .group_by(budget_ledger.c.call_id, budget_ledger.c.kind).having(func.count() > 1))).all()
-    finally:
-        await engine.dispose()
-    # A ``call`` row is a reservation (amount + refund) and its settlement (amount) in one.
-    reserves = {r["call_id"]: r["amount"] + (r["refund"] if r["kind"] == "call" else 0)
-                for r in rows if r["kind"] in ("reserve", "call")}
-    settles = {r["call_id"]: r for r in rows if r["kind"] in ("settle", "call")}
-    charged = sum(r["amount"] for r in settles.values())
-    open_reserved = sum(a for cid, a in reserves.items() if cid not in settles)
-    return {"reserves": reserves, "settles": settles, "charged": charged, "open": open_reserved,
-            "spend": charged + open_reserved, "duplicates": dupes}
+from tests.support import (
+    ADMIN,
+    AUTH,
+    MAX_TOKENS,
+    PRICE,
+    budget_registry,
+    chat_body,
+    ledger_summary,
+    reservation_tokens,
+)
 
 
 async def _burst(http: Any, urls: list[str], n: int, headers: dict[str, str] | None = None) -> list[Any]:

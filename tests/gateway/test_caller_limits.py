@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hearth.testing.server_thread import free_port
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 USER = {**AUTH, "X-Hearth-User": "alice"}
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
 def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from hearth.registry.config import EndpointSpec
 from hearth.testing.fake_upstream import FakeUpstream
-from tests.conftest import ADMIN, AUTH, gateway_registry
+from tests.support import ADMIN, AUTH, gateway_registry
 
 CAP = 128
 MESSAGES = [{"role": "user", "content": "Write a short poem about the sea."}]

@@ -17,7 +17,7 @@ import pytest
 from hearth.errors import CATALOG, HearthError
 from hearth.gateway.health import HealthBook
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 
 def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:

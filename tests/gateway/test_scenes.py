@@ -13,7 +13,7 @@ from typing import Any
 
 from hearth.testing.fake_upstream import FakeBehavior, FakeUpstream
 from hearth.wire.tokens import prompt_upper_bound
-from tests.conftest import ADMIN, AUTH, gateway_registry
+from tests.support import ADMIN, AUTH, gateway_registry
 
 CAP = 256
 MESSAGES = [{"role": "user", "content": "Summarise the quarterly report in three bullet points, please."}]

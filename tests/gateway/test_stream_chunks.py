@@ -12,7 +12,7 @@ import pytest
 from hearth.testing.fake_upstream import prompt_tokens_for
 from hearth.wire.sse import SSEParser
 from hearth.wire.tokens import estimate_messages, estimate_text
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
 def _registry(fake: Any, **model_options: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 from hearth.testing.fake_upstream import ERROR_EVENT_MESSAGE, FakeBehavior
 from hearth.wire.model_name import public_model_body
 from hearth.wire.sse import SSEParser
-from tests.conftest import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
 def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from hearth.observability.request_id import MAX_REQUEST_ID
 from hearth.observability.request_log import RequestLogRecord, RequestLogWriter, bound_record
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import dead_rows, request_logs
-from tests.conftest import PG_ADMIN_DSN
 from tests.store.tcp_proxy import TcpProxy
+from tests.support import PG_ADMIN_DSN
 
 
 def record(i: int, **over: Any) -> RequestLogRecord:

@@ -8,7 +8,7 @@ import orjson
 
 from hearth.testing.fake_upstream import reply_text
 from hearth.wire.sse import SSEParser
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 
 def _registry(fake: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from hearth.providers.anthropic import AnthropicProvider
 from hearth.providers.openai_compat import MAX_RETRY_AFTER_S, OpenAICompatProvider, parse_retry_after
 from hearth.registry.snapshot import Endpoint
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.conftest import AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -26,7 +26,7 @@ from hearth.registry.store import (
 )
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import endpoints, model_pool_members, models, providers, quota_groups
-from tests.conftest import MASTER_KEY
+from tests.support import MASTER_KEY
 
 PLAIN_KEY = "sk-live-0123456789abcd"
 OTHER_MASTER_KEY = "11" * 32

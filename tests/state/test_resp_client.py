@@ -26,7 +26,7 @@ import uvloop
 
 from hearth.state.resp import Address, RespClient, RespError, RespUnavailable, Script, pack
 from hearth.testing.server_thread import free_port
-from tests.conftest import REDIS_URL
+from tests.support import REDIS_URL
 
 # --------------------------------------------------------------------------- helpers
 

@@ -25,7 +25,7 @@ from hearth.state.memory import MemoryState
 from hearth.state.quota_day import QuotaDay
 from hearth.state.redis import RedisState
 from hearth.testing.fake_clock import FakeClock
-from tests.conftest import REDIS_URL
+from tests.support import REDIS_URL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

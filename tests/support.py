@@ -1,0 +1,119 @@
+"""Plain helpers shared by the tests: constants, registries, request bodies, ledger reads.
+
+The one module test modules import helpers from. Fixtures live in ``tests/conftest.py``; process and
+server harnesses in their own modules (``tests/e2e/processes.py``, ``tests/e2e/redis_server.py``,
+``tests/store/tcp_proxy.py``). No test module imports another test module (or ``conftest``):
+``tests/test_test_hygiene.py`` checks it, so moving a test never breaks another one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import func, select
+
+from hearth.store.db import create_engine
+from hearth.store.tables import budget_ledger
+from hearth.wire.tokens import prompt_upper_bound
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PG_ADMIN_DSN = os.environ.get("HEARTH_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("HEARTH_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+MASTER_KEY = "00" * 32
+
+AUTH = {"Authorization": "Bearer test-key-123"}
+ADMIN = {"Authorization": "Bearer admin-token-xyz"}
+
+
+def chat_body(content: str = "hello", **extra: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def write_config(path: Path, registry: dict[str, Any], server: dict[str, Any] | None = None) -> Path:
+    path.write_text(yaml.safe_dump({"server": server or {}, **registry}))
+    return path
+
+
+def gateway_registry(endpoints: list[dict[str, Any]], *, model: str = "m",
+                     quota_groups: list[dict[str, Any]] | None = None,
+                     prices: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A registry with one provider per kind, the given endpoints in model ``model``, caller key ``test-key-123``."""
+    return {
+        "providers": [{"name": "openai-like", "kind": "openai"}, {"name": "anthropic-like", "kind": "anthropic"},
+                      {"name": "sim", "kind": "simulated"}],
+        "quota_groups": quota_groups or [],
+        "endpoints": endpoints,
+        "models": [{"name": model, "endpoints": [e["name"] for e in endpoints]}],
+        "prices": prices or [],
+        "callers": [{"name": "tester", "key": "test-key-123"}],
+    }
+
+
+# --------------------------------------------------------------------------- strict budgets
+
+PRICE = 1000.0  # per 1M tokens, in and out: a token costs exactly 1000 micro-units
+MAX_TOKENS = 20  # the fake upstream answers exactly 20 completion tokens, so reservations are tight
+
+
+def budget_registry(fake: Any, limit: float, unit: str = "money", **budget: Any) -> dict[str, Any]:
+    """One endpoint on ``fake`` priced at :data:`PRICE`, and a daily budget ``limit`` for caller ``tester``."""
+    reg = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                             "upstream_model": "up", "max_concurrency": 1000}],
+                           prices=[{"model": "up", "input_per_1m": PRICE, "output_per_1m": PRICE}])
+    reg["budgets"] = [{"name": "daily", "caller": "tester", "scope": "caller", "period": "day", "unit": unit,
+                       "limit": limit, **budget}]
+    return reg
+
+
+def reservation_tokens() -> int:
+    return prompt_upper_bound(chat_body()) + MAX_TOKENS  # what a strict budget reserves per call
+
+
+async def ledger_summary(database_url: str) -> dict[str, Any]:
+    """The budget ledger read back: reservations, settlements, what is charged, open and spent, duplicates."""
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(budget_ledger))).mappings().all()
+            dupes = (await conn.execute(
+                select(budget_ledger.c.call_id, budget_ledger.c.kind, func.count())
+                .group_by(budget_ledger.c.call_id, budget_ledger.c.kind).having(func.count() > 1))).all()
+    finally:
+        await engine.dispose()
+    # A ``call`` row is a reservation (amount + refund) and its settlement (amount) in one.
+    reserves = {r["call_id"]: r["amount"] + (r["refund"] if r["kind"] == "call" else 0)
+                for r in rows if r["kind"] in ("reserve", "call")}
+    settles = {r["call_id"]: r for r in rows if r["kind"] in ("settle", "call")}
+    charged = sum(r["amount"] for r in settles.values())
+    open_reserved = sum(a for cid, a in reserves.items() if cid not in settles)
+    return {"reserves": reserves, "settles": settles, "charged": charged, "open": open_reserved,
+            "spend": charged + open_reserved, "duplicates": dupes}
+
+
+# --------------------------------------------------------------------------- signed requests
+
+SIGNING_KEY = "caller-signing-key-0123456789"
+SIGNING_DOC = REPO_ROOT / "docs" / "signing.md"
+_VECTOR_BLOCK = re.compile(r"^```json signing-test-vector\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def signing_registry(fake: Any) -> dict[str, Any]:
+    """One endpoint on ``fake``; caller ``tester`` must sign every request with :data:`SIGNING_KEY`."""
+    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up", "api_key": "sk-upstream-key-abcdef"}])
+    registry["callers"] = [{"name": "tester", "key": "test-key-123", "signing_key": SIGNING_KEY,
+                            "require_signature": True}]
+    return registry
+
+
+def load_signing_vectors() -> list[dict[str, str]]:
+    """The test vectors published in docs/signing.md (```json signing-test-vector blocks)."""
+    vectors = [json.loads(block) for block in _VECTOR_BLOCK.findall(SIGNING_DOC.read_text(encoding="utf-8"))]
+    assert vectors, "docs/signing.md has no ```json signing-test-vector blocks"
+    return vectors
