@@ -1,9 +1,11 @@
 """A small pipelined Redis client for the admission hot path.
 
-Why not redis-py: measured under load (bench/GOVERNANCE_BENCHMARKS.md), each redis-py round trip
-cost Hearth ~60 µs of CPU — pure-Python command packing, a pool checkout and an ``asyncio``
-timeout per command — which made the Redis state backend the largest single cost of a governed
-call. This client keeps what the state backend needs and nothing else:
+Why not redis-py or coredis: measured per governed call (``bench/redis_client_bench.py``, results in
+bench/BENCHMARKS.md, "Redis client comparison (issue 8)"), the same three commands sent through
+``RedisState`` cost ~3x (c=1) to ~4x (c=64) this client's CPU with ``redis.asyncio`` + hiredis, and
+more with coredis: ``redis.asyncio`` packs every argument in Python (hiredis only parses there), checks
+a connection out of its pool and arms an ``asyncio`` timeout per command, and opens one socket per
+concurrent command. This client keeps what the state backend needs and nothing else:
 
 * **one connection per process, pipelined**: every command is written at once and replies are
   matched in order (Redis answers one connection strictly in order), so concurrent callers share
