@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -35,6 +36,35 @@ def test_apply_twice_reports_unchanged_the_second_time(tmp_path: Path) -> None:
     second = _hearth(["apply", str(path)], tmp_path)
     assert second.returncode == 0 and second.stdout.strip() == "unchanged: 3"
     assert "sk-cli-test-000000" not in first.stdout + first.stderr + second.stdout + second.stderr
+
+
+def test_apply_reports_an_endpoint_kept_disabled_with_its_reason(tmp_path: Path) -> None:
+    path = tmp_path / "reg.yaml"
+    path.write_text(yaml.safe_dump(REGISTRY))
+    assert _hearth(["apply", str(path)], tmp_path).returncode == 0
+    asyncio.run(_disable_as_the_gateway_does(f"sqlite+aiosqlite:///{tmp_path}/h.db", "e"))
+    again = _hearth(["apply", str(path)], tmp_path)
+    assert again.returncode == 0, again.stderr
+    kept = "kept disabled: endpoint:e (disabled by gateway: upstream answered 401: credentials rejected)"
+    assert kept in again.stdout
+    assert "POST /api/v1/admin/endpoints/e/enable" in again.stdout
+    rotated = {**REGISTRY, "endpoints": [{**REGISTRY["endpoints"][0], "api_key": "sk-cli-test-rotated-1"}]}
+    path.write_text(yaml.safe_dump(rotated))
+    third = _hearth(["apply", str(path)], tmp_path)
+    assert third.returncode == 0 and "re-enabled (new api_key): endpoint:e" in third.stdout, third.stdout
+    assert "kept disabled" not in third.stdout
+
+
+async def _disable_as_the_gateway_does(database_url: str, name: str) -> None:
+    from hearth.registry.store import set_endpoint_enabled
+    from hearth.store.db import create_engine
+
+    engine = create_engine(database_url)
+    try:
+        assert await set_endpoint_enabled(engine, name, False, "upstream answered 401: credentials rejected",
+                                          by="gateway")
+    finally:
+        await engine.dispose()
 
 
 def test_apply_refuses_a_file_with_a_dangling_reference(tmp_path: Path) -> None:

@@ -120,6 +120,12 @@ def apply_file(file: Path) -> None:
             typer.echo(f"created: {', '.join(report.created) or '-'}")
             typer.echo(f"updated: {', '.join(report.updated) or '-'}")
         typer.echo(f"unchanged: {report.unchanged}")
+        for kept in report.kept_disabled:  # a runtime disable the file cannot lift (docs/operations.md)
+            name = kept.name.split(":", 1)[1]
+            typer.echo(f"kept disabled: {kept.name} (disabled by {kept.disabled_by}: {kept.reason}); enable it with "
+                       f"POST /api/v1/admin/endpoints/{name}/enable or give it a new api_key")
+        if report.re_enabled:
+            typer.echo(f"re-enabled (new api_key): {', '.join(report.re_enabled)}")
 
     try:
         asyncio.run(_run())

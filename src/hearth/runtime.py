@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.gateway.admission import cooldown_key
 from hearth.gateway.budget_balances import sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.service import Gateway
@@ -31,7 +32,13 @@ from hearth.providers.simulated import SimulatedProvider
 from hearth.registry.config import RegistrySpec
 from hearth.registry.key_vault import KeyVault, load_master_key
 from hearth.registry.snapshot import Endpoint
-from hearth.registry.store import apply_registry, current_version, load_registry, set_endpoint_enabled
+from hearth.registry.store import (
+    ApplyReport,
+    apply_registry,
+    current_version,
+    load_registry,
+    set_endpoint_enabled,
+)
 from hearth.settings import Settings, read_config_file
 from hearth.state.base import StateBackend, StateUnavailable
 from hearth.state.factory import MemoryStateClaim, create_state, refuse_memory_with_workers
@@ -56,13 +63,20 @@ class Runtime:
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def reload_registry(self) -> None:
-        """Swap in a fresh snapshot; endpoints re-enabled since the last one lose local cooldowns."""
+        """Swap in a fresh snapshot; endpoints re-enabled since the last one lose their cooldowns.
+
+        The shared cooldown goes too: a 401 puts one of an hour in the state backend, and an endpoint
+        re-enabled elsewhere (a new key through ``hearth apply``, an operator's enable) must serve at once.
+        """
         old = self.gateway.registry
         new = await load_registry(self.engine, self.vault)
+        re_enabled = [ep for name, ep in new.endpoints.items()
+                      if ep.enabled and (before := old.endpoints.get(name)) is not None and not before.enabled]
         for name, ep in new.endpoints.items():
             before = old.endpoints.get(name)
             if ep.enabled and (before is None or not before.enabled):
                 self.gateway.health.forget(name)
+        await _clear_shared_cooldowns(self.state, re_enabled)
         self.gateway.registry = new
 
     async def _watch_registry(self) -> None:
@@ -77,7 +91,10 @@ class Runtime:
                 log.warning("registry_refresh_failed", error=type(exc).__name__)
 
     async def disable_after_auth_failure(self, ep: Endpoint, status: int) -> None:
-        await set_endpoint_enabled(self.engine, ep.name, False, f"upstream answered {status}: credentials rejected")
+        """Disable ``ep`` as the gateway's decision: held through applies and restarts until an operator
+        enables it or the registry file brings a new key (:mod:`hearth.registry.endpoint_holds`)."""
+        await set_endpoint_enabled(self.engine, ep.name, False, f"upstream answered {status}: credentials rejected",
+                                   by="gateway")
         await self.reload_registry()
 
     async def _sweep_reservations(self) -> None:
@@ -116,12 +133,13 @@ async def start_runtime(settings: Settings) -> Runtime:
     if settings.state_backend == "memory":
         claim = MemoryStateClaim()
         await claim.acquire(settings, engine)
+    report: ApplyReport | None = None
     try:
         vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
         if settings.config is not None:
             spec = RegistrySpec.model_validate(read_config_file(settings.config))
             report = await apply_registry(engine, spec, vault)
-            log.info("registry_applied", file=str(settings.config), **report.as_dict())
+            _log_apply(settings, report)
         registry = await load_registry(engine, vault)
     except BaseException:  # a refused start (bad config, unreadable keys) leaves no lock or connection behind
         if claim is not None:
@@ -129,6 +147,9 @@ async def start_runtime(settings: Settings) -> Runtime:
         await engine.dispose()
         raise
     state = create_state(settings)
+    if report is not None:  # a new key given at start: the previous process's shared 401 cooldown goes too
+        await _clear_shared_cooldowns(state, [registry.endpoints[label.split(":", 1)[1]]
+                                              for label in report.re_enabled])
     session = create_session()
     providers: dict[str, Provider] = {
         "openai": OpenAICompatProvider(session, settings.max_sse_event_bytes,
@@ -163,6 +184,22 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     _return_startup_garbage_to_os()
     return rt
+
+
+def _log_apply(settings: Settings, report: ApplyReport) -> None:
+    log.info("registry_applied", file=str(settings.config), **report.as_dict())
+    for kept in report.kept_disabled:
+        log.warning("endpoint_kept_disabled", endpoint=kept.name.split(":", 1)[1], reason=kept.reason,
+                    disabled_by=kept.disabled_by,
+                    hint="enable it (POST /api/v1/admin/endpoints/{name}/enable) or give it a new api_key")
+
+
+async def _clear_shared_cooldowns(state: StateBackend, endpoints: list[Endpoint]) -> None:
+    for ep in endpoints:
+        try:
+            await state.clear_cooldown(cooldown_key(ep))
+        except StateUnavailable:
+            log.warning("cooldown_not_cleared", endpoint=ep.name, hint="the endpoint serves again when it ends")
 
 
 def _return_startup_garbage_to_os() -> None:

@@ -109,3 +109,44 @@ async def test_changes_made_by_another_process_are_picked_up(fake, hearth_server
             break
         await asyncio.sleep(0.1)
     assert fake.stats.last_body["model"] == "changed"
+
+
+async def test_listing_never_shows_an_endpoint_of_a_disabled_provider_as_enabled(fake, hearth_server, http):
+    registry = _registry(fake)
+    registry["providers"].append({"name": "off", "kind": "openai", "enabled": False})
+    registry["endpoints"].append({"name": "z", "provider": "off", "base_url": fake.base_url, "upstream_model": "up"})
+    registry["models"][0]["endpoints"].append("z")
+    server = hearth_server(registry)
+    rows = {r["name"]: r for r in (await http.get(server.base_url + "/api/v1/admin/endpoints",
+                                                  headers=ADMIN)).json()["data"]}
+    assert (rows["z"]["enabled"], rows["z"]["disabled_by"], rows["z"]["disabled_reason"]) == (
+        False, "provider", "provider 'off' disabled")
+    assert (rows["a"]["enabled"], rows["a"]["disabled_by"], rows["a"]["disabled_reason"]) == (True, None, None)
+    status = (await http.get(server.base_url + "/api/v1/admin/endpoints/z/status", headers=ADMIN)).json()["data"]
+    assert (status["enabled"], status["disabled_by"], status["disabled_reason"]) == (
+        False, "provider", "provider 'off' disabled")
+
+
+async def test_an_admin_disable_is_recorded_and_survives_an_upsert_until_enabled(fake, hearth_server, http):
+    server = hearth_server(_registry(fake))
+    url = server.base_url + "/api/v1/admin/endpoints"
+    r = await http.post(url + "/a/disable", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["data"] == {"name": "a", "enabled": False,
+                                                         "disabled_reason": "disabled by admin", "disabled_by": "admin"}
+    row = next(e for e in (await http.get(url, headers=ADMIN)).json()["data"] if e["name"] == "a")
+    assert (row["enabled"], row["disabled_by"], row["disabled_reason"]) == (False, "admin", "disabled by admin")
+    assert row["disabled_at"]
+    # re-sending the entry (same key) is not an enable: it is kept disabled and says so
+    upsert = await http.put(url + "/a", headers=ADMIN, json={"provider": "openai-like", "base_url": fake.base_url,
+                                                             "upstream_model": "up", "enabled": True,
+                                                             "api_key": "sk-admin-test-key-1234"})
+    assert upsert.status_code == 200, upsert.text
+    assert upsert.json()["data"]["kept_disabled"] == [
+        {"name": "endpoint:a", "reason": "disabled by admin", "disabled_by": "admin"}]
+    reply = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
+    assert reply.status_code == 503 and fake.stats.requests == 0
+    r = await http.post(url + "/a/enable", headers=ADMIN)
+    assert r.json()["data"] == {"name": "a", "enabled": True, "disabled_reason": None, "disabled_by": None}
+    row = next(e for e in (await http.get(url, headers=ADMIN)).json()["data"] if e["name"] == "a")
+    assert (row["enabled"], row["disabled_by"], row["disabled_reason"], row["disabled_at"]) == (
+        True, None, None, None)

@@ -257,7 +257,8 @@ async def test_disabled_provider_disables_its_endpoints(engine: AsyncEngine, vau
     await apply_registry(engine, spec(data), vault)
     registry = await load_registry(engine, vault)
     assert not registry.endpoints["e1"].enabled
-    assert registry.endpoints["e1"].disabled_reason == "provider disabled"
+    assert registry.endpoints["e1"].disabled_reason == "provider 'oai' disabled"
+    assert registry.endpoints["e1"].disabled_by == "provider"
     assert registry.endpoints["e2"].enabled
 
 

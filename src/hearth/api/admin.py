@@ -98,7 +98,7 @@ async def _toggle(request: Request, name: str, enabled: bool) -> Response:
     check_name(name)
     rt = runtime(request)
     reason = None if enabled else "disabled by admin"
-    if not await set_endpoint_enabled(rt.engine, name, enabled, reason):
+    if not await set_endpoint_enabled(rt.engine, name, enabled, reason, by="admin"):
         raise HearthError("not_found", f"No endpoint named `{name}`.")
     if enabled:
         try:
@@ -106,16 +106,20 @@ async def _toggle(request: Request, name: str, enabled: bool) -> Response:
         except StateUnavailable as exc:
             raise HearthError("state_backend_unavailable", retry_after=2) from exc
     await rt.reload_registry()
-    return ok(request, {"name": name, "enabled": enabled})
+    ep = rt.gateway.registry.endpoints[name]  # as the router now sees it (a disabled provider still counts)
+    return ok(request, {"name": name, "enabled": ep.enabled, "disabled_reason": ep.disabled_reason,
+                        "disabled_by": ep.disabled_by})
 
 
-@router.post("/endpoints/{name:anyname}/enable", summary="Enable an endpoint (clears a credential cooldown)",
+@router.post("/endpoints/{name:anyname}/enable",
+             summary="Enable an endpoint: lifts a gateway or admin disable for good (and its credential cooldown)",
              responses=OK)
 async def enable_endpoint(name: str, request: Request) -> Response:
     return await _toggle(request, name, True)
 
 
-@router.post("/endpoints/{name:anyname}/disable", summary="Disable an endpoint", responses=OK)
+@router.post("/endpoints/{name:anyname}/disable",
+             summary="Disable an endpoint (kept through `hearth apply` and restarts until enabled)", responses=OK)
 async def disable_endpoint(name: str, request: Request) -> Response:
     return await _toggle(request, name, False)
 
@@ -138,5 +142,5 @@ async def endpoint_status(name: str, request: Request) -> Response:
     except StateUnavailable as exc:
         raise HearthError("state_backend_unavailable", retry_after=2) from exc
     return ok(request, {"name": name, "enabled": ep.enabled, "disabled_reason": ep.disabled_reason,
-                        "api_key": ep.api_key_hint, "scopes": scopes,
+                        "disabled_by": ep.disabled_by, "api_key": ep.api_key_hint, "scopes": scopes,
                         "health": rt.gateway.health.snapshot(name, time.time())})

@@ -39,6 +39,7 @@ class Endpoint:
     capabilities: frozenset[str] = frozenset({"chat", "streaming"})
     enabled: bool = True
     disabled_reason: str | None = None
+    disabled_by: str | None = None  # config | gateway | admin | provider (see registry/endpoint_holds.py)
     max_tokens_field: str = "max_tokens"  # or "max_completion_tokens": the name the upstream reads
 
 
@@ -127,6 +128,7 @@ class Registry:
     scenes: dict[str, Scene] = field(default_factory=dict)
     budgets: tuple[Budget, ...] = ()
     created_at: int = 0
+    enabled_providers: frozenset[str] = frozenset()  # for the start-up check (registry/serviceable.py)
 
     def price_for(self, endpoint: Endpoint, public_model: str) -> Price | None:
         p = self.prices

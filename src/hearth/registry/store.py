@@ -8,6 +8,7 @@ same file twice reports everything ``unchanged`` and does not bump the registry 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +19,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.errors import HearthError
 from hearth.registry.callers import decrypt_signing_key, load_callers, rewrap_signing_keys, upsert_caller
-from hearth.registry.config import RegistrySpec
+from hearth.registry.config import EndpointSpec, RegistrySpec
+from hearth.registry.endpoint_holds import (
+    DisabledBy,
+    KeptDisabled,
+    StoredState,
+    effective_state,
+    resolve,
+    runtime_state,
+)
 from hearth.registry.key_vault import KeyVault, mask_key
 from hearth.registry.snapshot import MICRO, Budget, Endpoint, Model, Price, QuotaGroup, Registry, Scene
 from hearth.store.tables import (
@@ -42,16 +51,28 @@ _DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https
 
 @dataclass
 class ApplyReport:
+    """What an apply did. ``kept_disabled``: endpoints the file wants enabled that stay disabled by a runtime
+    decision (gateway or admin, see :mod:`hearth.registry.endpoint_holds`); ``re_enabled``: held endpoints
+    the file's new key put back. Both also count as created/updated/unchanged like any other entry."""
+
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: int = 0
+    kept_disabled: list[KeptDisabled] = field(default_factory=list)
+    re_enabled: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
         return bool(self.created or self.updated)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"created": self.created, "updated": self.updated, "unchanged": self.unchanged}
+        """The report as JSON; ``kept_disabled`` and ``re_enabled`` only when there are any."""
+        out: dict[str, Any] = {"created": self.created, "updated": self.updated, "unchanged": self.unchanged}
+        if self.kept_disabled:
+            out["kept_disabled"] = [k.as_dict() for k in self.kept_disabled]
+        if self.re_enabled:
+            out["re_enabled"] = self.re_enabled
+        return out
 
 
 async def _upsert(conn: AsyncConnection, table: Table, key: dict[str, Any], values: dict[str, Any],
@@ -78,20 +99,29 @@ async def _upsert(conn: AsyncConnection, table: Table, key: dict[str, Any], valu
 _APPLY_LOCK_ID = 0x48524547  # "HREG"
 
 
-async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) -> ApplyReport:
+RegistryCheck = Callable[[Registry], None]
+
+
+async def apply_registry(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault, *,
+                         verify: RegistryCheck | None = None) -> ApplyReport:
     """Apply ``spec`` in one transaction. Safe when several processes apply the same file at once
     (they start together): PostgreSQL serializes them with an advisory lock; on SQLite a process that
-    loses an insert race simply applies again and finds everything in place."""
+    loses an insert race simply applies again and finds everything in place.
+
+    ``verify`` sees the registry as it would be after this apply, before the commit; whatever it raises
+    refuses the apply with nothing written (a strict start-up check, :mod:`hearth.registry.serviceable`).
+    """
     for attempt in range(3):
         try:
-            return await _apply_once(engine, spec, vault)
+            return await _apply_once(engine, spec, vault, verify)
         except IntegrityError:
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")
 
 
-async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) -> ApplyReport:
+async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault,
+                      verify: RegistryCheck | None) -> ApplyReport:
     report = ApplyReport()
     async with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
@@ -107,16 +137,7 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) 
             await _check_exists(conn, providers, e.provider, "provider", e.name)
             if e.quota_group:
                 await _check_exists(conn, quota_groups, e.quota_group, "quota group", e.name)
-            values = e.model_dump(exclude={"name", "api_key"})
-            values["capabilities"] = sorted(values["capabilities"])
-            values["disabled_reason"] = None if e.enabled else "disabled in config"
-            if e.api_key is not None:
-                stored = (await conn.execute(select(endpoints.c.api_key_enc).where(
-                    endpoints.c.name == e.name))).scalar()
-                if stored is None or _stored_key(vault, stored, e.name) != e.api_key:
-                    values["api_key_enc"] = vault.encrypt(e.api_key, e.name)
-                    values["api_key_hint"] = mask_key(e.api_key)
-            await _upsert(conn, endpoints, {"name": e.name}, values, f"endpoint:{e.name}", report)
+            await _apply_endpoint(conn, e, vault, report)
         for m in spec.models:
             for ep in m.endpoints:
                 await _check_exists(conn, endpoints, ep, "endpoint", m.name)
@@ -167,9 +188,40 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault) 
         # Before committing: every stored secret must open under this vault. A process started with the
         # wrong master key is refused here, with nothing written, rather than after committing its apply.
         await check_secrets_readable(conn, vault)
+        if verify is not None:
+            verify(await _load(conn, vault))
         if report.changed:
             await bump_version(conn)
     return report
+
+
+async def _apply_endpoint(conn: AsyncConnection, e: EndpointSpec, vault: KeyVault, report: ApplyReport) -> None:
+    """Upsert one endpoint; its enabled state follows :func:`hearth.registry.endpoint_holds.resolve`: a
+    runtime disable (gateway, admin) is kept unless the file brings a new key."""
+    label = f"endpoint:{e.name}"
+    row = (await conn.execute(select(endpoints.c.api_key_enc, endpoints.c.enabled, endpoints.c.disabled_by,
+                                     endpoints.c.disabled_reason, endpoints.c.disabled_at).where(
+        endpoints.c.name == e.name))).mappings().first()
+    values = e.model_dump(exclude={"name", "api_key", "enabled"})
+    values["capabilities"] = sorted(values["capabilities"])
+    new_key = False
+    if e.api_key is not None:
+        stored_key = row["api_key_enc"] if row is not None else None
+        if stored_key is None or _stored_key(vault, stored_key, e.name) != e.api_key:
+            values["api_key_enc"] = vault.encrypt(e.api_key, e.name)
+            values["api_key_hint"] = mask_key(e.api_key)
+            new_key = True
+    stored = None if row is None else StoredState(enabled=bool(row["enabled"]), disabled_by=row["disabled_by"],
+                                                  disabled_reason=row["disabled_reason"],
+                                                  disabled_at=row["disabled_at"])
+    resolution = resolve(stored, file_enabled=e.enabled, new_key=new_key, now=datetime.now(UTC))
+    values.update(resolution.values)
+    await _upsert(conn, endpoints, {"name": e.name}, values, label, report)
+    if resolution.outcome == "kept_disabled":
+        assert stored is not None and stored.disabled_by is not None
+        report.kept_disabled.append(KeptDisabled(label, stored.disabled_reason or "", stored.disabled_by))
+    elif resolution.outcome == "re_enabled":
+        report.re_enabled.append(label)
 
 
 def _stored_key(vault: KeyVault, token: str, name: str) -> str:
@@ -262,56 +314,70 @@ async def current_version(engine: AsyncEngine) -> int:
 
 async def load_registry(engine: AsyncEngine, vault: KeyVault) -> Registry:
     async with engine.connect() as conn:
-        version = await read_version(conn)
-        prov = {r["name"]: r for r in (await conn.execute(select(providers))).mappings()}
-        groups = {r["name"]: QuotaGroup(name=r["name"], max_concurrency=r["max_concurrency"], rpm=r["rpm"],
-                                        tpm=r["tpm"], daily_tokens=r["daily_tokens"])
-                  for r in (await conn.execute(select(quota_groups))).mappings()}
-        eps: dict[str, Endpoint] = {}
-        for r in (await conn.execute(select(endpoints))).mappings():
-            p = prov[r["provider"]]
-            eps[r["name"]] = Endpoint(
-                name=r["name"], provider=r["provider"], kind=p["kind"],
-                base_url=(r["base_url"] or p["base_url"] or _DEFAULT_BASE_URLS[p["kind"]]).rstrip("/"),
-                upstream_model=r["upstream_model"],
-                api_key=_stored_key(vault, r["api_key_enc"], r["name"]) if r["api_key_enc"] else None,
-                api_key_hint=r["api_key_hint"], key_version=r["key_version"],
-                quota_group=groups.get(r["quota_group"]) if r["quota_group"] else None,
-                max_concurrency=r["max_concurrency"], rpm=r["rpm"], tpm=r["tpm"], weight=r["weight"],
-                priority=r["priority"], timeout_s=r["timeout_s"], capabilities=frozenset(r["capabilities"]),
-                enabled=bool(r["enabled"] and p["enabled"]),
-                disabled_reason=r["disabled_reason"] or (None if p["enabled"] else "provider disabled"),
-                max_tokens_field=r["max_tokens_field"])
-        pools: dict[str, list[Endpoint]] = {}
-        for r in (await conn.execute(select(model_pool_members).order_by(
-                model_pool_members.c.model, model_pool_members.c.endpoint))).mappings():
-            pools.setdefault(r["model"], []).append(eps[r["endpoint"]])
-        mods = {r["name"]: Model(name=r["name"], kind=r["kind"], endpoints=tuple(pools.get(r["name"], [])),
-                                 description=r["description"], enabled=r["enabled"],
-                                 expose_upstream_model=bool(r["expose_upstream_model"]))
-                for r in (await conn.execute(select(models))).mappings()}
-        prs = {r["model"]: Price(model=r["model"], input_per_1m=r["input_per_1m"],
-                                 output_per_1m=r["output_per_1m"], currency=r["currency"])
-               for r in (await conn.execute(select(prices))).mappings()}
-        by_hash, by_name = await load_callers(conn, vault)
-        scns = {r["name"]: Scene(name=r["name"], default_model=r["default_model"],
-                                 allowed_models=frozenset(r["allowed_models"]), max_tokens_cap=r["max_tokens_cap"],
-                                 fallback_models=tuple(r["fallback_models"]), enabled=r["enabled"])
-                for r in (await conn.execute(select(scenes))).mappings()}
-        bdgs = tuple(Budget(name=r["name"], caller=r["caller"], scope=r["scope"], subject=r["subject"],
-                            period=r["period"], unit=r["unit"], limit=r["limit_amount"],
-                            estimate=r["estimate"])
-                     for r in (await conn.execute(select(budgets).order_by(budgets.c.name))).mappings()
-                     if r["enabled"])
+        return await _load(conn, vault)
+
+
+async def _load(conn: AsyncConnection, vault: KeyVault) -> Registry:
+    """The snapshot of what ``conn`` sees (inside an apply's transaction: the registry as it will be)."""
+    version = await read_version(conn)
+    prov = {r["name"]: r for r in (await conn.execute(select(providers))).mappings()}
+    groups = {r["name"]: QuotaGroup(name=r["name"], max_concurrency=r["max_concurrency"], rpm=r["rpm"],
+                                    tpm=r["tpm"], daily_tokens=r["daily_tokens"])
+              for r in (await conn.execute(select(quota_groups))).mappings()}
+    eps: dict[str, Endpoint] = {}
+    for r in (await conn.execute(select(endpoints))).mappings():
+        p = prov[r["provider"]]
+        enabled, reason, disabled_by = effective_state(
+            enabled=bool(r["enabled"]), reason=r["disabled_reason"], disabled_by=r["disabled_by"],
+            provider=r["provider"], provider_enabled=bool(p["enabled"]))
+        eps[r["name"]] = Endpoint(
+            name=r["name"], provider=r["provider"], kind=p["kind"],
+            base_url=(r["base_url"] or p["base_url"] or _DEFAULT_BASE_URLS[p["kind"]]).rstrip("/"),
+            upstream_model=r["upstream_model"],
+            api_key=_stored_key(vault, r["api_key_enc"], r["name"]) if r["api_key_enc"] else None,
+            api_key_hint=r["api_key_hint"], key_version=r["key_version"],
+            quota_group=groups.get(r["quota_group"]) if r["quota_group"] else None,
+            max_concurrency=r["max_concurrency"], rpm=r["rpm"], tpm=r["tpm"], weight=r["weight"],
+            priority=r["priority"], timeout_s=r["timeout_s"], capabilities=frozenset(r["capabilities"]),
+            enabled=enabled, disabled_reason=reason, disabled_by=disabled_by,
+            max_tokens_field=r["max_tokens_field"])
+    pools: dict[str, list[Endpoint]] = {}
+    for r in (await conn.execute(select(model_pool_members).order_by(
+            model_pool_members.c.model, model_pool_members.c.endpoint))).mappings():
+        pools.setdefault(r["model"], []).append(eps[r["endpoint"]])
+    mods = {r["name"]: Model(name=r["name"], kind=r["kind"], endpoints=tuple(pools.get(r["name"], [])),
+                             description=r["description"], enabled=r["enabled"],
+                             expose_upstream_model=bool(r["expose_upstream_model"]))
+            for r in (await conn.execute(select(models))).mappings()}
+    prs = {r["model"]: Price(model=r["model"], input_per_1m=r["input_per_1m"],
+                             output_per_1m=r["output_per_1m"], currency=r["currency"])
+           for r in (await conn.execute(select(prices))).mappings()}
+    by_hash, by_name = await load_callers(conn, vault)
+    scns = {r["name"]: Scene(name=r["name"], default_model=r["default_model"],
+                             allowed_models=frozenset(r["allowed_models"]), max_tokens_cap=r["max_tokens_cap"],
+                             fallback_models=tuple(r["fallback_models"]), enabled=r["enabled"])
+            for r in (await conn.execute(select(scenes))).mappings()}
+    bdgs = tuple(Budget(name=r["name"], caller=r["caller"], scope=r["scope"], subject=r["subject"],
+                        period=r["period"], unit=r["unit"], limit=r["limit_amount"],
+                        estimate=r["estimate"])
+                 for r in (await conn.execute(select(budgets).order_by(budgets.c.name))).mappings()
+                 if r["enabled"])
     return Registry(version=version, endpoints=eps, models=mods, prices=prs, callers_by_key_hash=by_hash,
-                    callers_by_name=by_name, scenes=scns, budgets=bdgs, created_at=int(time.time()))
+                    callers_by_name=by_name, scenes=scns, budgets=bdgs, created_at=int(time.time()),
+                    enabled_providers=frozenset(name for name, r in prov.items() if r["enabled"]))
 
 
-async def set_endpoint_enabled(engine: AsyncEngine, name: str, enabled: bool, reason: str | None) -> bool:
-    """Enable or disable one endpoint; returns False if no such endpoint."""
+async def set_endpoint_enabled(engine: AsyncEngine, name: str, enabled: bool, reason: str | None, *,
+                               by: DisabledBy = "admin") -> bool:
+    """Enable or disable one endpoint at runtime; returns False if no such endpoint.
+
+    A disable records ``reason``, ``by`` (``gateway`` after a credential failure, ``admin`` from the admin
+    API) and the time, and is kept through applies and restarts; an enable clears all of it.
+    """
+    now = datetime.now(UTC)
     async with engine.begin() as conn:
         result = await conn.execute(endpoints.update().where(endpoints.c.name == name).values(
-            enabled=enabled, disabled_reason=None if enabled else reason, updated_at=datetime.now(UTC)))
+            **runtime_state(enabled, reason, by=by, now=now), updated_at=now))
         if result.rowcount == 0:
             return False
         await bump_version(conn)
@@ -323,6 +389,13 @@ async def list_rows(engine: AsyncEngine, table_name: str) -> list[dict[str, Any]
              "models": models, "prices": prices, "scenes": scenes, "budgets": budgets}[table_name]
     async with engine.connect() as conn:
         rows = [dict(r) for r in (await conn.execute(select(table))).mappings()]
+        if table_name == "endpoints":  # shown as the router sees them, never enabled while skipped
+            provider_enabled = {name: bool(on) for name, on in (await conn.execute(
+                select(providers.c.name, providers.c.enabled))).all()}
+            for row in rows:
+                row["enabled"], row["disabled_reason"], row["disabled_by"] = effective_state(
+                    enabled=bool(row["enabled"]), reason=row["disabled_reason"], disabled_by=row["disabled_by"],
+                    provider=row["provider"], provider_enabled=bool(provider_enabled.get(row["provider"], True)))
         if table_name == "models":
             members = (await conn.execute(select(model_pool_members))).mappings().all()
             for row in rows:
