@@ -29,7 +29,7 @@ from hearth.state.redis import RedisState
 from hearth.state.redis_scripts import Keys
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger
-from tests.conftest import REDIS_URL
+from tests.support import REDIS_URL
 
 WINDOW_S = 0.4
 
