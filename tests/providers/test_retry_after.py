@@ -14,7 +14,8 @@ from multidict import CIMultiDict
 
 from hearth.errors import UpstreamHTTPError
 from hearth.providers.anthropic import AnthropicProvider
-from hearth.providers.openai_compat import MAX_RETRY_AFTER_S, OpenAICompatProvider, parse_retry_after
+from hearth.providers.openai_compat import OpenAICompatProvider
+from hearth.providers.upstream_http import MAX_RETRY_AFTER_S, parse_retry_after
 from hearth.registry.snapshot import Endpoint
 from hearth.testing.fake_upstream import FakeBehavior
 from tests.support import AUTH, chat_body, gateway_registry

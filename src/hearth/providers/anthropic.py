@@ -6,14 +6,13 @@ module does the HTTP. A request Anthropic cannot express is refused with 400 bef
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import orjson
 
-from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
+from hearth.errors import HearthError, UpstreamNetworkError
 from hearth.providers.anthropic_format import (
     MessagesStreamTranslator,
     TranslationError,
@@ -23,7 +22,7 @@ from hearth.providers.anthropic_format import (
     messages_response_to_chat,
 )
 from hearth.providers.base import UpstreamReply, Usage
-from hearth.providers.openai_compat import parse_retry_after
+from hearth.providers.upstream_http import UpstreamHTTP, read_chunk
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
@@ -54,7 +53,7 @@ class AnthropicStream:
         while not self._pending:
             if self._tr.finished:
                 return False
-            chunk = await self._resp.content.readany()
+            chunk = await read_chunk(self._resp)
             if not chunk:
                 raise UpstreamNetworkError("upstream stream ended before message_stop")
             try:
@@ -69,20 +68,16 @@ class AnthropicStream:
         await self._fill()
 
     async def events(self) -> AsyncIterator[bytes]:
-        try:
-            while await self._fill():
-                batch, self._pending = self._pending, []
-                for payload in batch:
-                    if b'"content"' in payload:
-                        obj = orjson.loads(payload)
-                        for ch in obj.get("choices") or ():
-                            c = (ch.get("delta") or {}).get("content")
-                            if isinstance(c, str):
-                                self._text.append(c)
-                    yield payload
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}",
-                                       timeout=isinstance(exc, asyncio.TimeoutError)) from exc
+        while await self._fill():
+            batch, self._pending = self._pending, []
+            for payload in batch:
+                if b'"content"' in payload:
+                    obj = orjson.loads(payload)
+                    for ch in obj.get("choices") or ():
+                        c = (ch.get("delta") or {}).get("content")
+                        if isinstance(c, str):
+                            self._text.append(c)
+                yield payload
 
     async def aclose(self) -> None:
         self._resp.close()
@@ -91,9 +86,8 @@ class AnthropicStream:
 class AnthropicProvider:
     def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20, *,
                  connect_timeout_s: float = 3.0) -> None:
-        self._session = session
+        self._http = UpstreamHTTP(session, connect_timeout_s=connect_timeout_s)
         self._max_event_bytes = max_event_bytes
-        self._connect_s = connect_timeout_s
 
     @staticmethod
     def _headers(ep: Endpoint, stream: bool) -> dict[str, str]:
@@ -110,38 +104,10 @@ class AnthropicProvider:
         except TranslationError as exc:
             raise HearthError("unsupported_feature", str(exc)) from exc
 
-    async def _post(self, ep: Endpoint, payload: dict[str, Any], stream: bool,
-                    client_timeout: aiohttp.ClientTimeout) -> aiohttp.ClientResponse:
-        try:
-            resp = await self._session.post(ep.base_url + "/messages", data=orjson.dumps(payload),
-                                            headers=self._headers(ep, stream), timeout=client_timeout)
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
-        if resp.status >= 400:
-            try:
-                raw = await resp.read()
-            except (TimeoutError, aiohttp.ClientError):
-                raw = b""
-            finally:
-                resp.release()
-            raise UpstreamHTTPError(resp.status, anthropic_error_to_openai(resp.status, raw),
-                                    parse_retry_after(resp.headers))
-        return resp
-
     async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
-        payload = {**self._translate(ep, body), "stream": False}
-        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s))
-        resp = await self._post(ep, payload, False, timeout)
-        try:
-            raw = await resp.read()
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc
-        finally:
-            resp.release()
+        payload = orjson.dumps({**self._translate(ep, body), "stream": False})
+        raw = await self._http.call(ep.base_url + "/messages", payload, self._headers(ep, False),
+                                    timeout_s=timeout_s, error_body=anthropic_error_to_openai)
         try:
             data = orjson.loads(raw)
             chat = messages_response_to_chat(data, ep.upstream_model)
@@ -155,24 +121,13 @@ class AnthropicProvider:
                           idle_timeout_s: float) -> AnthropicStream:
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-        payload = {**self._translate(ep, body), "stream": True}
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_byte_timeout_s),
-                                        sock_read=idle_timeout_s)
-        try:
-            async with asyncio.timeout(first_byte_timeout_s):
-                resp = await self._post(ep, payload, True, timeout)
-                stream = AnthropicStream(resp, MessagesStreamTranslator(ep.upstream_model, include_usage),
-                                         self._max_event_bytes)
-                try:
-                    await stream.prime()
-                except BaseException:
-                    resp.close()
-                    raise
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out before the first event", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
-        return stream
+        payload = orjson.dumps({**self._translate(ep, body), "stream": True})
+        return await self._http.open_stream(
+            ep.base_url + "/messages", payload, self._headers(ep, True),
+            first_event_timeout_s=first_byte_timeout_s, idle_timeout_s=idle_timeout_s,
+            error_body=anthropic_error_to_openai,
+            stream=lambda resp: AnthropicStream(resp, MessagesStreamTranslator(ep.upstream_model, include_usage),
+                                                self._max_event_bytes))
 
     async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
         raise HearthError("unsupported_feature", "Anthropic endpoints do not serve embeddings.")

@@ -31,10 +31,20 @@ class UpstreamReply:
 class UpstreamStream(Protocol):
     """Chunks of an OpenAI ``chat.completion.chunk`` stream, as JSON payload bytes (no SSE framing).
 
-    The stream has already received its first event when a provider returns it, so errors before
-    the first byte can still fail over. Iteration of :meth:`events` ends after ``[DONE]``; an upstream that stops
-    without it raises ``UpstreamNetworkError``. ``usage`` is known once iteration has ended.
+    A provider returns a stream already *primed* (:meth:`prime` done): its first event has been
+    received, so an upstream that fails before its first event can still fail over, and the call
+    commits to the stream only once something is there to relay. Iteration of :meth:`events` ends
+    after ``[DONE]``; an upstream that stops without it raises ``UpstreamNetworkError`` (as does any
+    failed read, with the code the relay ends the stream with). ``usage`` is known once iteration
+    has ended.
     """
+
+    async def prime(self) -> None:
+        """Read until the first event is available to :meth:`events` (or raise why there is none).
+
+        Called once, before the stream is handed to the gateway, under the time-to-first-token
+        timeout; a stream that needs no network (simulated) has nothing to do."""
+        ...
 
     @property
     def usage(self) -> Usage | None: ...

@@ -7,59 +7,21 @@ to check each event is JSON), so callers see exactly what the upstream sent.
 
 from __future__ import annotations
 
-import asyncio
-import re
-import time
-from collections.abc import AsyncIterator, Mapping
-from datetime import UTC
-from email.utils import parsedate_to_datetime
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import orjson
 
-from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
+from hearth.errors import UpstreamNetworkError
 from hearth.observability.logging import scrub
 from hearth.providers.base import UpstreamReply, Usage
+from hearth.providers.upstream_http import UpstreamHTTP, read_chunk
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
 
 _DONE = b"[DONE]"
-
-
-_DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")
-MAX_RETRY_AFTER_S = 86_400.0  # a day: a larger (or absurd) value is capped, not trusted verbatim
-
-
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """How long an upstream's 429/503 asks us to wait, in seconds; None if it does not say.
-
-    ``retry-after-ms`` (OpenAI's, exact) is preferred when present and valid; else ``Retry-After``
-    as delta-seconds or an HTTP-date (RFC 9110; a date in the past means 0). ``headers`` is looked
-    up case-insensitively when it is aiohttp's multidict; ``now`` (epoch seconds) is for tests."""
-    ms = _number(headers.get("retry-after-ms"))
-    if ms is not None:
-        return min(ms / 1000, MAX_RETRY_AFTER_S)
-    value = (headers.get("Retry-After") or "").strip()
-    if not value:
-        return None
-    seconds = _number(value)
-    if seconds is None:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:  # RFC 9110 dates are GMT; an obsolete form may parse naive
-            when = when.replace(tzinfo=UTC)
-        seconds = max(0.0, when.timestamp() - (time.time() if now is None else now))
-    return min(seconds, MAX_RETRY_AFTER_S)
-
-
-def _number(value: str | None) -> float | None:
-    if value is None or not _DELTA_SECONDS.fullmatch(value := value.strip()):
-        return None
-    return float(value)
 
 
 def upstream_error_body(status: int, raw: bytes) -> dict[str, Any]:
@@ -140,7 +102,7 @@ class OpenAIStream:
                 raise self._failure
             if self._done:
                 return False
-            chunk = await self._resp.content.readany()
+            chunk = await read_chunk(self._resp)
             if not chunk:
                 self._parser.flush()
                 raise UpstreamNetworkError("upstream stream ended before [DONE]")
@@ -160,68 +122,40 @@ class OpenAIStream:
         await self._fill()
 
     async def events(self) -> AsyncIterator[bytes]:
-        try:
-            while await self._fill():
-                batch, self._pending = self._pending, []
-                for payload in batch:
-                    yield payload
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}",
-                                       timeout=isinstance(exc, asyncio.TimeoutError)) from exc
+        while await self._fill():
+            batch, self._pending = self._pending, []
+            for payload in batch:
+                yield payload
 
     async def aclose(self) -> None:
         self._resp.close()
 
 
+def _with_output_limit_field(ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+    """``max_tokens`` under the name this endpoint reads (``max_tokens_field``)."""
+    if ep.max_tokens_field != "max_tokens" and "max_tokens" in body:
+        body = dict(body)
+        body.setdefault(ep.max_tokens_field, body.pop("max_tokens"))
+    return body
+
+
 class OpenAICompatProvider:
     def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20, *,
                  connect_timeout_s: float = 3.0) -> None:
-        self._session = session
+        self._http = UpstreamHTTP(session, connect_timeout_s=connect_timeout_s)
         self._max_event_bytes = max_event_bytes
-        self._connect_s = connect_timeout_s  # its own short class: a host that never accepts fails over fast
 
     @staticmethod
-    def _headers(ep: Endpoint) -> dict[str, str]:
-        h = {"Content-Type": "application/json", "Accept": "application/json"}
+    def _headers(ep: Endpoint, accept: str = "application/json") -> dict[str, str]:
+        h = {"Content-Type": "application/json", "Accept": accept}
         if ep.api_key:
             h["Authorization"] = f"Bearer {ep.api_key}"
         return h
 
-    async def _post(self, url: str, ep: Endpoint, payload: bytes, client_timeout: aiohttp.ClientTimeout,
-                    headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
-        try:
-            resp = await self._session.post(url, data=payload, headers=headers or self._headers(ep),
-                                            timeout=client_timeout)
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
-        if resp.status >= 400:
-            try:
-                raw = await resp.read()
-            except (TimeoutError, aiohttp.ClientError):
-                raw = b""
-            finally:
-                resp.release()
-            raise UpstreamHTTPError(resp.status, upstream_error_body(resp.status, raw),
-                                    parse_retry_after(resp.headers))
-        return resp
-
     async def _json_call(self, path: str, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
-        if ep.max_tokens_field != "max_tokens" and "max_tokens" in body:  # the endpoint reads the other name
-            body = dict(body)
-            body.setdefault(ep.max_tokens_field, body.pop("max_tokens"))
-        payload = orjson.dumps({**body, "model": ep.upstream_model})
-        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s))
-        resp = await self._post(ep.base_url + path, ep, payload, timeout)
-        try:
-            raw = await resp.read()
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc
-        finally:
-            resp.release()
+        payload = orjson.dumps({**_with_output_limit_field(ep, body), "model": ep.upstream_model})
+        raw = await self._http.call(ep.base_url + path, payload, self._headers(ep), timeout_s=timeout_s,
+                                    error_body=upstream_error_body)
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -238,28 +172,13 @@ class OpenAICompatProvider:
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
                           idle_timeout_s: float) -> OpenAIStream:
-        if ep.max_tokens_field != "max_tokens" and "max_tokens" in body:  # the endpoint reads the other name
-            body = dict(body)
-            body.setdefault(ep.max_tokens_field, body.pop("max_tokens"))
+        body = _with_output_limit_field(ep, body)
         opts = body.get("stream_options")
         wants_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         upstream_body = {**body, "model": ep.upstream_model,
                          "stream_options": {**(opts if isinstance(opts, dict) else {}), "include_usage": True}}
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_byte_timeout_s),
-                                        sock_read=idle_timeout_s)
-        headers = {**self._headers(ep), "Accept": "text/event-stream"}
-        try:
-            async with asyncio.timeout(first_byte_timeout_s):
-                resp = await self._post(ep.base_url + "/chat/completions", ep, orjson.dumps(upstream_body),
-                                        timeout, headers)
-                stream = OpenAIStream(resp, self._max_event_bytes, drop_usage_chunk=not wants_usage)
-                try:
-                    await stream.prime()
-                except BaseException:
-                    resp.close()
-                    raise
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out before the first event", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
-        return stream
+        return await self._http.open_stream(
+            ep.base_url + "/chat/completions", orjson.dumps(upstream_body), self._headers(ep, "text/event-stream"),
+            first_event_timeout_s=first_byte_timeout_s, idle_timeout_s=idle_timeout_s,
+            error_body=upstream_error_body,
+            stream=lambda resp: OpenAIStream(resp, self._max_event_bytes, drop_usage_chunk=not wants_usage))

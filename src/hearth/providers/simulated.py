@@ -57,6 +57,9 @@ class SimulatedStream:
         self.usage: Usage | None = None
         self.completion_estimate = estimate_text(text)
 
+    async def prime(self) -> None:
+        return None  # the first event is computed, not awaited
+
     async def events(self) -> AsyncIterator[bytes]:
         cid = f"chatcmpl-sim{uuid.uuid4().hex[:20]}"
         created = int(time.time())
@@ -103,7 +106,9 @@ class SimulatedProvider:
                           idle_timeout_s: float) -> SimulatedStream:
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-        return SimulatedStream(body, ep.upstream_model, reply_text(body), include_usage)
+        stream = SimulatedStream(body, ep.upstream_model, reply_text(body), include_usage)
+        await stream.prime()
+        return stream
 
     async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
         inputs = body.get("input")

@@ -1,0 +1,154 @@
+"""The HTTP side of every HTTP provider: one POST, one stream open, one error mapping, Retry-After.
+
+The OpenAI-compatible and Anthropic providers differ in their wire formats (paths, auth headers,
+bodies, error shapes, stream events) and in nothing else; everything they share lives here, so both
+honour the same timeout classes and raise the same errors:
+
+* **connect** — ``connect_timeout_s`` (its own short class): a host that never accepts fails over
+  at once instead of after the endpoint's whole timeout;
+* **non-stream** — the whole exchange within the timeout the gateway passes (the endpoint's
+  ``timeout_s``, narrowed by the call's deadline);
+* **stream, first event** — the time-to-first-token timeout the gateway passes bounds everything up
+  to the first event (connect, headers, first bytes); the stream is *primed* (its first event read,
+  :meth:`~hearth.providers.base.UpstreamStream.prime`) before it is returned, so an upstream that
+  fails before its first event can still fail over;
+* **stream, idle** — the upstream may stay silent at most ``idle_timeout_s`` between bytes
+  (aiohttp's socket-read timer, so it costs nothing per event).
+
+Errors: an error status becomes :class:`~hearth.errors.UpstreamHTTPError` (the provider's own error
+body translated to OpenAI's shape by ``error_body``, and the upstream's Retry-After); no usable
+answer becomes :class:`~hearth.errors.UpstreamNetworkError` (``timeout=True`` for timeouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+
+from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
+
+ErrorBody = Callable[[int, bytes], dict[str, Any]]  # (status, raw body) → an OpenAI-shaped error body
+
+_DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+MAX_RETRY_AFTER_S = 86_400.0  # a day: a larger (or absurd) value is capped, not trusted verbatim
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """How long an upstream's 429/503 asks us to wait, in seconds; None if it does not say.
+
+    ``retry-after-ms`` (OpenAI's, exact) is preferred when present and valid; else ``Retry-After``
+    as delta-seconds or an HTTP-date (RFC 9110; a date in the past means 0). ``headers`` is looked
+    up case-insensitively when it is aiohttp's multidict; ``now`` (epoch seconds) is for tests."""
+    ms = _number(headers.get("retry-after-ms"))
+    if ms is not None:
+        return min(ms / 1000, MAX_RETRY_AFTER_S)
+    value = (headers.get("Retry-After") or "").strip()
+    if not value:
+        return None
+    seconds = _number(value)
+    if seconds is None:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # RFC 9110 dates are GMT; an obsolete form may parse naive
+            when = when.replace(tzinfo=UTC)
+        seconds = max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
+def _number(value: str | None) -> float | None:
+    if value is None or not _DELTA_SECONDS.fullmatch(value := value.strip()):
+        return None
+    return float(value)
+
+
+async def read_chunk(resp: aiohttp.ClientResponse) -> bytes:
+    """The next bytes of a streamed body (``b""`` at its end); a failed read is an UpstreamNetworkError.
+
+    aiohttp's socket-read timer (the idle timeout, see :meth:`UpstreamHTTP.open_stream`) surfaces
+    here as a timeout, so it gets the stream-idle code; a cut connection is "interrupted"."""
+    try:
+        return await resp.content.readany()
+    except TimeoutError as exc:
+        raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}", timeout=True) from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+
+
+class PrimableStream(Protocol):
+    async def prime(self) -> None: ...
+
+
+S = TypeVar("S", bound=PrimableStream)
+
+
+class UpstreamHTTP:
+    """POSTs to upstreams over the process's one shared session (see :mod:`.http_client`)."""
+
+    def __init__(self, session: aiohttp.ClientSession, *, connect_timeout_s: float = 3.0) -> None:
+        self._session = session
+        self._connect_s = connect_timeout_s
+
+    async def post(self, url: str, payload: bytes, headers: Mapping[str, str], *,
+                   client_timeout: aiohttp.ClientTimeout, error_body: ErrorBody) -> aiohttp.ClientResponse:
+        """The response to a POST once its status is a success; the caller reads and releases it."""
+        try:
+            resp = await self._session.post(url, data=payload, headers=headers, timeout=client_timeout)
+        except TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
+        if resp.status >= 400:
+            try:
+                raw = await resp.read()
+            except (TimeoutError, aiohttp.ClientError):
+                raw = b""
+            finally:
+                resp.release()
+            raise UpstreamHTTPError(resp.status, error_body(resp.status, raw), parse_retry_after(resp.headers))
+        return resp
+
+    async def call(self, url: str, payload: bytes, headers: Mapping[str, str], *, timeout_s: float,
+                   error_body: ErrorBody) -> bytes:
+        """A non-stream exchange: the whole answer's body within ``timeout_s`` (connect within its own class)."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s))
+        resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body)
+        try:
+            return await resp.read()
+        except TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc
+        finally:
+            resp.release()
+
+    async def open_stream(self, url: str, payload: bytes, headers: Mapping[str, str], *,
+                          first_event_timeout_s: float, idle_timeout_s: float, error_body: ErrorBody,
+                          stream: Callable[[aiohttp.ClientResponse], S]) -> S:
+        """POST, wrap the response in ``stream`` and prime it, all within ``first_event_timeout_s``.
+
+        On any failure the response is closed."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_event_timeout_s),
+                                        sock_read=idle_timeout_s)
+        try:
+            async with asyncio.timeout(first_event_timeout_s):
+                resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body)
+                try:
+                    opened = stream(resp)
+                    await opened.prime()
+                except BaseException:
+                    resp.close()
+                    raise
+        except TimeoutError as exc:
+            raise UpstreamNetworkError("upstream timed out before the first event", timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+        return opened
