@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import datetime, timedelta
+from datetime import time as dtime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -110,3 +114,35 @@ async def test_unreachable_redis_fails_closed_with_503(fake, hearth_server, http
     assert fake.stats.requests == 0
     ready = await http.get(server.base_url + "/readyz")
     assert ready.status_code == 503 and ready.json()["checks"]["state_backend"].startswith("error")
+
+
+def _seconds_to_midnight(zone: str) -> float:
+    now = time.time()
+    local = datetime.fromtimestamp(now, ZoneInfo(zone))
+    return datetime.combine(local.date() + timedelta(days=1), dtime(0), ZoneInfo(zone)).timestamp() - now
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_quota_group_daily_tokens_settle_actual_usage_and_refuse_until_midnight_in_the_zone(
+        backend, fake, hearth_server, http, request):
+    settings: dict[str, Any] = {"admission_wait_s": 5, "quota_time_zone": "Asia/Kolkata"}
+    if backend == "redis":
+        settings |= {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
+    registry = gateway_registry([_ep("a", fake.base_url, quota_group="acct")],
+                                quota_groups=[{"name": "acct", "daily_tokens": 300}])
+    server = hearth_server(registry, **settings)
+    # each call is admitted on its estimate (prompt + max_tokens 100, ~110) and settled with the ~10 tokens
+    # the upstream reports: five of them fit in 300 only because the estimates are corrected
+    for _ in range(5):
+        r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=100), headers=AUTH)
+        assert r.status_code == 200, r.text
+    started = time.monotonic()
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=400), headers=AUTH)
+    assert r.status_code == 429, r.text
+    assert time.monotonic() - started < 1  # waiting cannot help before midnight: refused at once
+    error = r.json()["error"]
+    assert error["code"] == "capacity_exhausted" and "daily_tokens" in r.text
+    # Retry-After: the truth, the next midnight in Asia/Kolkata (UTC+5:30), not the minute window
+    assert abs(int(r.headers["retry-after"]) - _seconds_to_midnight("Asia/Kolkata")) <= 2
+    assert r.headers["x-should-retry"] == "true"
+    assert fake.stats.requests == 5

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from hearth.settings import Settings
 from hearth.state.base import BudgetCharge, Lease, Scope, StateBackend, StateUnavailable, minute_window
 from hearth.state.memory import MemoryState
 from hearth.state.quota_day import QuotaDay
@@ -485,6 +486,8 @@ def test_quota_day_ends_at_the_next_local_midnight() -> None:
 def test_quota_day_refuses_an_unknown_zone() -> None:
     with pytest.raises(ValueError, match="Mars/Olympus"):
         QuotaDay("Mars/Olympus")
+    with pytest.raises(ValueError, match="Mars/Olympus"):  # at start, as a setting
+        Settings(quota_time_zone="Mars/Olympus")
 
 
 # --------------------------------------------------------------------------- Redis across clients and processes
