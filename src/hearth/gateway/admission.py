@@ -11,6 +11,7 @@ breaker time from the :class:`~hearth.gateway.health.HealthBook` — never a mad
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,14 +42,14 @@ class Admitted:
     lease: Lease
 
 
-def first_choice(model: Model, health: HealthBook) -> Endpoint | None:
+def first_choice(model: Model, health: HealthBook, rng: random.Random) -> Endpoint | None:
     """The endpoint a first attempt at ``model`` would take, when that is routine (breaker closed).
 
     Governed calls admit it in the same state-backend step as the caller's limits and budgets, so
     the common case costs one round trip instead of two; anything unusual (cooldown, a half-open
     probe, a full endpoint) goes the ordinary way through :func:`admit`."""
     now = time.time()
-    choices = order_candidates(model.endpoints, health, now, set())
+    choices = order_candidates(model.endpoints, health, now, set(), rng)
     return choices[0] if choices and health.closed(choices[0].name, now) else None
 
 

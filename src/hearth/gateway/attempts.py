@@ -48,6 +48,7 @@ class AttemptPolicy:
     max_attempts: int
     admission_wait_s: float
     tokens: int  # the estimate an endpoint's TPM is charged with
+    rng: random.Random  # the Gateway's: the router's weighted draws, the jitter of a 429 cooldown
     on_auth_failure: Callable[[Endpoint, int], Awaitable[None]] | None = None
 
 
@@ -87,7 +88,7 @@ async def run_attempts(call: Call, policy: AttemptPolicy, model: Model, op: Op[T
         pre = call.grant.take_preadmitted(model) if call.grant is not None else None
         try:
             adm = pre or await admit(state, health, model.endpoints,
-                                     lambda: order_candidates(model.endpoints, health, time.time(), tried),
+                                     lambda: order_candidates(model.endpoints, health, time.time(), tried, policy.rng),
                                      policy.tokens, ctx.deadline, policy.admission_wait_s,
                                      call.deps.limits.lease_ttl_s)
         except HearthError:
@@ -117,7 +118,7 @@ async def _retryable_http(call: Call, policy: AttemptPolicy, ep: Endpoint, exc: 
     health = call.deps.health
     now = time.time()
     if exc.status == 429:
-        seconds = exc.retry_after if exc.retry_after is not None else random.uniform(30, 120)
+        seconds = exc.retry_after if exc.retry_after is not None else policy.rng.uniform(30, 120)
         health.cool_down(ep.name, now + seconds)
         await _shared_cooldown(call, ep, seconds)
         log.warning("endpoint_cooldown", endpoint=ep.name, seconds=round(seconds, 3))

@@ -4,6 +4,11 @@ Lower ``priority`` numbers are tried first. Within a priority tier the order is 
 draw without replacement, where an endpoint's chance is its configured weight scaled down by how
 loaded it is (in-flight versus max concurrency, seen by this process), by recent errors, and by
 latency relative to the tier. At low load the draw follows the configured weights exactly.
+
+The random draws come from ``rng``, owned by the :class:`~hearth.gateway.service.Gateway` (one per
+process), so a test passes a seeded ``random.Random`` and gets the same order every run. Which
+endpoints *can* serve a request (their capabilities) is decided before this, by narrowing the pool
+(:mod:`hearth.gateway.endpoint_capabilities`); here only health, priority, weight and load count.
 """
 
 from __future__ import annotations
@@ -13,8 +18,6 @@ from collections.abc import Iterable
 
 from hearth.gateway.health import HealthBook
 from hearth.registry.snapshot import Endpoint
-
-_RNG = random.Random()
 
 
 def _score(ep: Endpoint, health: HealthBook, now: float, tier_latency: float) -> float:
@@ -27,8 +30,10 @@ def _score(ep: Endpoint, health: HealthBook, now: float, tier_latency: float) ->
 
 
 def order_candidates(pool: Iterable[Endpoint], health: HealthBook, now: float, exclude: set[str],
-                     rng: random.Random | None = None) -> list[Endpoint]:
-    draw = (rng or _RNG).random
+                     rng: random.Random) -> list[Endpoint]:
+    """The endpoints of ``pool`` to try, best first: enabled, not in ``exclude``, routable by ``health``
+    at ``now``; lower priority tiers first, a weighted draw without replacement within a tier."""
+    draw = rng.random
     tiers: dict[int, list[Endpoint]] = {}
     for ep in pool:
         if ep.enabled and ep.name not in exclude and health.can_try(ep.name, now):

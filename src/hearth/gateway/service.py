@@ -14,6 +14,7 @@ steps hold everywhere:
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.call import Call, CallDeps
 from hearth.gateway.caller_admission import AdmissionLimits, CallerAdmission
 from hearth.gateway.context import CallContext
+from hearth.gateway.endpoint_capabilities import capable_models, required_capabilities
 from hearth.gateway.health import HealthBook
 from hearth.gateway.relay import RelayStream
 from hearth.gateway.scenes import Route, plan_route, resolve_scene
@@ -52,7 +54,8 @@ __all__ = ["CallContext", "Gateway"]
 class Gateway:
     def __init__(self, settings: Settings, state: StateBackend, providers: dict[str, Provider], *,
                  log_writer: RequestLogWriter, registry: Registry, ledger: BudgetLedger, recovery: StateRecovery,
-                 on_auth_failure: Callable[[Endpoint, int], Awaitable[None]] | None = None) -> None:
+                 on_auth_failure: Callable[[Endpoint, int], Awaitable[None]] | None = None,
+                 rng: random.Random | None = None) -> None:
         self.settings = settings
         self.state = state
         self.providers = providers
@@ -61,6 +64,7 @@ class Gateway:
         self.recovery = recovery
         self.registry = registry
         self.health = HealthBook(settings.breaker_failures, settings.breaker_open_s)
+        self.rng = rng or random.Random()  # the router's draws and cooldown jitter (tests pass a seeded one)
         self.on_auth_failure = on_auth_failure
         self.limits = AdmissionLimits(settings.limit_wait_s, settings.lease_ttl_s, settings.state_timeout_s)
         self.plans = AdmissionPlans()
@@ -114,8 +118,6 @@ class Gateway:
             idle_s = self.settings.stream_idle_timeout_s
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> Any:
-                if "streaming" not in ep.capabilities:
-                    raise HearthError("unsupported_feature", f"Endpoint of `{model.name}` cannot stream.")
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s)
 
             upstream = await self._run(call, route, models, estimate, self._bound(body), op)
@@ -149,6 +151,10 @@ class Gateway:
         first = self.resolve_model(route.models[0], kind)
         models = [first] + [m for name in route.models[1:]
                             if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
+        # only endpoints that can serve this request are routed to (400 unsupported_feature if none can)
+        models = capable_models(models, required_capabilities(body, kind=kind, stream=ctx.stream))
+        if models[0].name != first.name:
+            ctx.fallback_used = True  # the requested model has no endpoint for it: its fallbacks serve it
         ctx.scene = route.scene
         ctx.effective_max_tokens = route.effective_max_tokens
         if route.effective_max_tokens is not None and body.get("max_tokens") is None \
@@ -167,7 +173,7 @@ class Gateway:
         attempts = self.settings.max_attempts
         if call.ctx.max_attempts is not None:
             attempts = min(attempts, call.ctx.max_attempts)
-        policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + reserve,
+        policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + reserve, self.rng,
                                self.on_auth_failure)
         return await run_with_fallback(call, policy, models, route.default_route, op)
 
@@ -186,7 +192,7 @@ class Gateway:
         approx = (estimate + reserve, micro_cost(plan.price, estimate, reserve))
         charges = reservation_charges(plan.budgets, bound + reserve, money, approx)
         await call.admit_caller(CallerAdmission(plan.scopes, plan.budgets, charges, estimate + reserve,
-                                                ctx.pending_nonce, first_choice(first, self.health)))
+                                                ctx.pending_nonce, first_choice(first, self.health, self.rng)))
 
     async def _succeed(self, call: Call, reply: UpstreamReply, estimate: int) -> None:
         assert call.current is not None
