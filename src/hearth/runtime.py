@@ -31,7 +31,8 @@ from hearth.providers.openai_compat import OpenAICompatProvider
 from hearth.providers.simulated import SimulatedProvider
 from hearth.registry.config import RegistrySpec
 from hearth.registry.key_vault import KeyVault, load_master_key
-from hearth.registry.snapshot import Endpoint
+from hearth.registry.serviceable import STRICT_HINT, refuse_unless_serviceable, serviceability_problems
+from hearth.registry.snapshot import Endpoint, Registry
 from hearth.registry.store import (
     ApplyReport,
     apply_registry,
@@ -138,10 +139,14 @@ async def start_runtime(settings: Settings) -> Runtime:
         vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
         if settings.config is not None:
             spec = RegistrySpec.model_validate(read_config_file(settings.config))
-            report = await apply_registry(engine, spec, vault)
+            report = await apply_registry(engine, spec, vault,
+                                          verify=refuse_unless_serviceable if settings.registry_strict else None)
             _log_apply(settings, report)
         registry = await load_registry(engine, vault)
-    except BaseException:  # a refused start (bad config, unreadable keys) leaves no lock or connection behind
+        _check_serviceable(settings, registry)
+    except BaseException as exc:  # a refused start (bad config, unreadable keys) leaves no lock or connection behind
+        if isinstance(exc, SystemExit):  # said first, in one line, not only at the end of a traceback
+            log.error("start_refused", reason=str(exc))
         if claim is not None:
             await claim.release()
         await engine.dispose()
@@ -192,6 +197,16 @@ def _log_apply(settings: Settings, report: ApplyReport) -> None:
         log.warning("endpoint_kept_disabled", endpoint=kept.name.split(":", 1)[1], reason=kept.reason,
                     disabled_by=kept.disabled_by,
                     hint="enable it (POST /api/v1/admin/endpoints/{name}/enable) or give it a new api_key")
+
+
+def _check_serviceable(settings: Settings, registry: Registry) -> None:
+    """Seed 000's start-up check: a warning by default, a refused start in strict mode."""
+    if settings.registry_strict:
+        refuse_unless_serviceable(registry)
+        return
+    problems = serviceability_problems(registry)
+    if problems:
+        log.warning("registry_not_serviceable", problems=problems, hint=STRICT_HINT)
 
 
 async def _clear_shared_cooldowns(state: StateBackend, endpoints: list[Endpoint]) -> None:
