@@ -7,14 +7,17 @@ from datetime import datetime
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES
 from hearth.api.deps import require_admin, runtime
 from hearth.api.envelope import ok
+from hearth.api.request_log_schemas import RequestLogEnvelope
 from hearth.observability.request_log import query_request_logs
 
 router = APIRouter(prefix="/api/v1", tags=["observability"], dependencies=[Depends(require_admin)])
 
 
-@router.get("/request-logs", summary="List request logs, newest first")
+@router.get("/request-logs", summary="List request logs, newest first",
+            responses={200: {"model": RequestLogEnvelope}, **ADMIN_ERROR_RESPONSES})
 async def list_request_logs(
     request: Request,
     caller: str | None = None,

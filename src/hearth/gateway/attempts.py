@@ -102,14 +102,14 @@ async def run_attempts(call: Call, policy: AttemptPolicy, model: Model, op: Op[T
             return await op(model, ep, max(0.001, min(ep.timeout_s, ctx.deadline - time.monotonic())))
         except UpstreamHTTPError as exc:
             retryable = await _retryable_http(call, policy, ep, exc)
-            await call.attempt_ended(verdict_given=retryable)
+            await call.attempt_ended(verdict_given=retryable, failure=exc)
             if not retryable:
                 raise
             last = exc
         except UpstreamNetworkError as exc:
             if health.failed(ep.name, time.time()):
                 log.warning("circuit_opened", endpoint=ep.name, reason=str(exc))
-            await call.attempt_ended(verdict_given=True)
+            await call.attempt_ended(verdict_given=True, failure=exc)
             last = exc
     raise final_error(last, health, model.endpoints, time.time())
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hearth.errors import HearthError, UpstreamHTTPError
+from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
 from hearth.gateway.admission import Admitted
 from hearth.gateway.budget import actual_amounts
 from hearth.gateway.budget_ledger import BudgetLedger
@@ -29,7 +29,7 @@ from hearth.gateway.caller_admission import (
     admit_caller,
     finish_caller,
 )
-from hearth.gateway.context import CallContext
+from hearth.gateway.context import AttemptRecord, CallContext
 from hearth.gateway.health import HealthBook
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger
@@ -63,6 +63,7 @@ class Call:
         self._finished = False
         self._renewal: asyncio.TimerHandle | None = None
         self._renewing: asyncio.Task[None] | None = None
+        self._attempt_started = 0.0  # perf_counter() when the current attempt began
 
     # ---- taking ----------------------------------------------------------------------------------------
     async def admit_caller(self, want: CallerAdmission) -> None:
@@ -74,15 +75,19 @@ class Call:
     def attempt_started(self, adm: Admitted) -> None:
         self.current = adm
         self.ctx.attempts += 1
+        self._attempt_started = time.perf_counter()
         self.ctx.endpoint = adm.endpoint
         self.deps.health.started(adm.endpoint.name, time.time())
         self._schedule_renewal()
 
-    async def attempt_ended(self, *, verdict_given: bool) -> None:
-        """The attempt failed: its endpoint lease goes back now (the next attempt takes another)."""
+    async def attempt_ended(self, *, verdict_given: bool, failure: BaseException | None = None) -> None:
+        """The attempt failed (with ``failure``, recorded in the call's attempt list): its endpoint lease
+        goes back now (the next attempt takes another)."""
         adm, self.current = self.current, None
         if adm is None:
             return
+        status, code = attempt_outcome(failure)
+        self._record_attempt(adm, status, code)
         health = self.deps.health
         health.finished(adm.endpoint.name)
         if not verdict_given:
@@ -91,6 +96,10 @@ class Call:
             await self.deps.state.release(adm.lease, None)
         except StateUnavailable:
             log.warning("lease_release_failed", hint="the lease expires by its TTL")
+
+    def _record_attempt(self, adm: Admitted, status: int, error_code: str | None) -> None:
+        self.ctx.attempt_log.append(AttemptRecord(adm.endpoint.name, status, error_code,
+                                                  round((time.perf_counter() - self._attempt_started) * 1000, 3)))
 
     # ---- renewing -------------------------------------------------------------------------------------
     def _schedule_renewal(self) -> None:
@@ -142,6 +151,7 @@ class Call:
         tokens = usage.prompt_tokens + usage.completion_tokens if usage else None
         adm, self.current = self.current, None
         if adm is not None:
+            self._record_attempt(adm, status, error_code)  # the last attempt ends with the call
             deps.health.finished(adm.endpoint.name)
             if status >= 400:  # ended without a verdict on the endpoint (the client left, a 4xx, …)
                 deps.health.released_probe(adm.endpoint.name)
@@ -198,4 +208,26 @@ class Call:
             cost=cost, latency_ms=(time.perf_counter() - ctx.started) * 1000, ttft_ms=ctx.ttft_ms,
             end_user=ctx.end_user, tenant=ctx.tenant, client_ip=ctx.client_ip, scene=ctx.scene,
             fallback_used=ctx.fallback_used, attempted_models=ctx.attempted_models or None,
-            effective_max_tokens=ctx.effective_max_tokens, estimated_cost=ctx.estimated_cost))
+            effective_max_tokens=ctx.effective_max_tokens, estimated_cost=ctx.estimated_cost,
+            attempt_log=[{"endpoint": a.endpoint, "status": a.status, "error_code": a.error_code,
+                          "latency_ms": a.latency_ms} for a in ctx.attempt_log]))
+
+
+def attempt_outcome(failure: BaseException | None) -> tuple[int, str | None]:
+    """(status, error code) an attempt that ended with ``failure`` is recorded with."""
+    if isinstance(failure, UpstreamHTTPError):
+        status = failure.status
+        if status == 429:
+            return status, "upstream_rate_limited"
+        if status in (401, 403):
+            return status, "upstream_auth_failed"
+        if status in (408, 409) or status >= 500:
+            return status, "upstream_error"
+        return status, "upstream_rejected_request"
+    if isinstance(failure, UpstreamNetworkError):
+        return (504, "upstream_timeout") if failure.timeout else (502, "upstream_error")
+    if isinstance(failure, HearthError):
+        return failure.status, failure.code
+    if isinstance(failure, asyncio.CancelledError):
+        return 499, "client_disconnected"
+    return (500, "internal_error") if failure is not None else (502, "upstream_error")

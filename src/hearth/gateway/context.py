@@ -13,6 +13,20 @@ from hearth.gateway.budget import Applicable
 from hearth.registry.snapshot import Caller, Endpoint
 
 
+@dataclass(slots=True, frozen=True)
+class AttemptRecord:
+    """One endpoint tried: how it ended and how long it took (the request log lists them in order).
+
+    ``status`` is the upstream's HTTP status, or the gateway's for what has none: 502 for a network
+    failure, 504 for a timeout, 499 when the client left; ``error_code`` is the stable code of that
+    outcome (None on success). A stream's attempt lasts until the stream ended."""
+
+    endpoint: str
+    status: int
+    error_code: str | None
+    latency_ms: float
+
+
 @dataclass(slots=True)
 class CallContext:
     request_id: str
@@ -27,6 +41,7 @@ class CallContext:
     started: float = field(default_factory=time.perf_counter)
     deadline: float = 0.0  # time.monotonic() by which the whole call must be over
     attempts: int = 0
+    attempt_log: list[AttemptRecord] = field(default_factory=list)
     model: str | None = None
     endpoint: Endpoint | None = None
     ttft_ms: float | None = None

@@ -63,6 +63,7 @@ class RequestLogRecord:
     attempted_models: list[str] | None = None
     effective_max_tokens: int | None = None
     estimated_cost: float | None = None
+    attempt_log: list[dict[str, Any]] | None = None  # per attempt: endpoint, status, error_code, latency_ms
 
 
 _FIELDS = tuple(f.name for f in fields(RequestLogRecord))
@@ -87,6 +88,11 @@ def _column_bounds() -> tuple[list[tuple[str, int]], list[tuple[str, int, int]],
 
 _FLOAT_MAX = sys.float_info.max
 _MAX_ATTEMPTED_MODELS = 32
+#: At most this many attempts are listed (a call makes at most ``max_attempts`` ≤ 10).
+MAX_ATTEMPT_RECORDS = 16
+_ATTEMPT_ENDPOINT_CHARS = 128  # an endpoint name's column length
+_ATTEMPT_CODE_CHARS = 64  # an error code's column length
+_MAX_LATENCY_MS = 1e12
 
 
 def _fit_text(value: str, length: int) -> str:
@@ -130,10 +136,40 @@ def _compile_bounds() -> Callable[[RequestLogRecord], None]:
 _bound_fields = _compile_bounds()
 
 
+def _bound_attempt(item: Any) -> dict[str, Any] | None:
+    """One attempt as the JSON column holds it, whatever it was given (None: not an attempt at all)."""
+    if not isinstance(item, dict):
+        return None
+    endpoint, status, code, latency = (item.get("endpoint"), item.get("status"), item.get("error_code"),
+                                       item.get("latency_ms"))
+    if not isinstance(latency, int | float) or latency != latency or latency < 0:
+        latency = 0.0
+    return {"endpoint": _fit_text(endpoint, _ATTEMPT_ENDPOINT_CHARS) if isinstance(endpoint, str) else "",
+            "status": min(max(status, 0), 999) if type(status) is int else 0,
+            "error_code": _fit_text(code, _ATTEMPT_CODE_CHARS) if isinstance(code, str) else None,
+            "latency_ms": float(min(latency, _MAX_LATENCY_MS))}
+
+
+def _bound_attempts(value: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(value, list):
+        return None
+    bounded = []
+    for item in value:
+        attempt = _bound_attempt(item)
+        if attempt is not None:
+            bounded.append(attempt)
+            if len(bounded) == MAX_ATTEMPT_RECORDS:
+                break
+    return bounded
+
+
 def bound_record(record: RequestLogRecord) -> RequestLogRecord:
     """Make every field fit its column, in place: strings cut to the column's length (and made valid
     text: no NUL, no lone surrogate), integers clamped to int32/int64, floats made finite (NaN → NULL,
-    or 0.0 where the column is NOT NULL; ±inf → ±max), at most 32 attempted models.
+    or 0.0 where the column is NOT NULL; ±inf → ±max), at most 32 attempted models, at most
+    :data:`MAX_ATTEMPT_RECORDS` attempts, each rebuilt from its four fields (endpoint ≤ 128 and
+    error code ≤ 64 characters of valid text, status 0–999, latency finite and ≥ 0; anything else
+    dropped or replaced) — the JSON column has no length of its own to refuse a row with.
 
     Nullability and types are left alone (a mistyped field is the database's to refuse: the row is
     then dead-lettered, the others written). Cheap on purpose: it runs once per request.
@@ -145,6 +181,8 @@ def bound_record(record: RequestLogRecord) -> RequestLogRecord:
     models = record.attempted_models
     if models is not None and len(models) > _MAX_ATTEMPTED_MODELS:
         record.attempted_models = models[:_MAX_ATTEMPTED_MODELS]
+    if record.attempt_log is not None:
+        record.attempt_log = _bound_attempts(record.attempt_log)
     return record
 
 

@@ -193,6 +193,8 @@ request_logs = Table(
     Column("attempted_models", JSON, nullable=True),
     Column("effective_max_tokens", Integer, nullable=True),
     Column("estimated_cost", Float, nullable=True),
+    # 0007: each attempt's endpoint, status, error code and latency (bounded by request_log.bound_record)
+    Column("attempt_log", JSON, nullable=True),
 )
 Index("ix_request_logs_created_at", request_logs.c.created_at)
 Index("ix_request_logs_caller_created", request_logs.c.caller, request_logs.c.created_at)

@@ -1,0 +1,25 @@
+"""Request logs list their attempts (``attempt_log``: endpoint, status, error code, latency per attempt).
+
+Revision ID: 0007
+Revises: 0006
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("request_logs") as batch:
+        batch.add_column(sa.Column("attempt_log", sa.JSON, nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("request_logs") as batch:
+        batch.drop_column("attempt_log")
