@@ -36,6 +36,9 @@ providers = Table(
     Column("base_url", Text, nullable=True),
     Column("enabled", Boolean, nullable=False, default=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # 0008: client headers forwarded upstream (an allowlist); relay the upstream's x-ratelimit-* headers
+    Column("forward_headers", JSON, nullable=False, default=list, server_default="[]"),
+    Column("relay_ratelimit_headers", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 quota_groups = Table(
@@ -73,6 +76,9 @@ endpoints = Table(
     # 0006: who disabled it (config | gateway | admin) and when; gateway and admin disables outlive an apply
     Column("disabled_by", String(16), nullable=True),
     Column("disabled_at", DateTime(timezone=True), nullable=True),
+    # 0008: a stream's own timeouts (NULL: the endpoint's timeout_s / HEARTH_STREAM_IDLE_TIMEOUT_S)
+    Column("first_token_timeout_s", Float, nullable=True),
+    Column("stream_idle_timeout_s", Float, nullable=True),
 )
 
 models = Table(
