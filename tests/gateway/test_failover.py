@@ -33,14 +33,17 @@ async def test_429_fails_over_and_cools_the_endpoint_down_for_retry_after(backen
     if backend == "redis":
         settings = {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
     server = hearth_server(_pool(fake, fake2), **settings)
-    fake.script(FakeBehavior(status=429, retry_after=1))
+    fake.script(FakeBehavior(status=429, retry_after=0.8))  # `retry-after-ms: 800` (and `Retry-After: 1`)
     r = await _chat(http, server)
     assert r.status_code == 200 and r.headers["x-hearth-endpoint"] == "b"
     assert r.headers["x-hearth-attempts"] == "2"
-    for _ in range(5):  # during the cooldown nothing reaches `a`
+    cooling_until = time.monotonic() + 0.8
+    during = 0
+    while during < 5 and time.monotonic() < cooling_until - 0.2:  # during the cooldown nothing reaches `a`
         assert (await _chat(http, server)).headers["x-hearth-endpoint"] == "b"
-    assert fake.stats.requests == 1
-    await asyncio.sleep(1.2)
+        during += 1
+    assert during >= 1 and fake.stats.requests == 1
+    await asyncio.sleep(max(0.0, cooling_until - time.monotonic()) + 0.1)
     assert (await _chat(http, server)).headers["x-hearth-endpoint"] == "a"
     assert fake.stats.requests == 2
 
@@ -74,16 +77,19 @@ async def test_401_disables_the_endpoint_and_logs_an_alert(fake, fake2, hearth_s
 
 
 async def test_three_5xx_open_the_circuit_then_one_half_open_probe(fake, fake2, hearth_server, http):
-    server = hearth_server(_pool(fake, fake2), breaker_open_s=1.0)
+    server = hearth_server(_pool(fake, fake2), breaker_open_s=0.8)
     fake.set_defaults(status=500)
     for _ in range(3):
         r = await _chat(http, server)
         assert r.status_code == 200 and r.headers["x-hearth-endpoint"] == "b"
+    opened_by = time.monotonic()  # the circuit opened before the third answer came back
     assert fake.stats.requests == 3
-    for _ in range(5):  # open: `a` is skipped entirely
+    skipped = 0
+    while skipped < 5 and time.monotonic() < opened_by + 0.6:  # open: `a` is skipped entirely
         await _chat(http, server)
-    assert fake.stats.requests == 3
-    await asyncio.sleep(1.1)
+        skipped += 1
+    assert skipped >= 1 and fake.stats.requests == 3
+    await asyncio.sleep(max(0.0, opened_by + 0.8 - time.monotonic()) + 0.1)
     fake.set_defaults(status=200, latency_ms=300)
     # half-open: of several parallel calls exactly one probes `a`, the others go to `b`
     results = await asyncio.gather(*[_chat(http, server) for _ in range(6)])
