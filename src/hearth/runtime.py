@@ -170,7 +170,7 @@ async def start_runtime(settings: Settings) -> Runtime:
     recovery = StateRecovery(state, engine, lambda: gateway_box[0].registry if gateway_box else registry,
                              reservation_ttl_s=settings.lease_ttl_s,
                              open_within_s=settings.request_timeout_s + 2 * settings.lease_ttl_s + 60,
-                             reservation_window_s=settings.ledger_commit_timeout_s)
+                             reservation_window_s=settings.reservation_window_s)
     try:
         await state.sync_clock()
         await recovery.ensure()  # adopt the backend's epoch, or rebuild the counters from the ledger

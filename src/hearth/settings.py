@@ -54,13 +54,20 @@ class Settings(BaseSettings):
                                    "an admission script that runs later than this refuses")
     budget_image_tokens: int = Field(default=2_000, ge=1, description="what a strict budget reserves for one "
                                      "image part of a prompt (an upper bound of what providers bill for it)")
-    ledger_commit_timeout_s: float = Field(default=2.0, gt=0, description="the reservation window: a budgeted "
-                                           "call whose reservation is not committed to the database within "
-                                           "this time of its admission is refused (503); after a state-backend "
-                                           "loss the rebuild waits this long before reading the ledger")
+    ledger_commit_timeout_s: float = Field(default=5.0, gt=0, description="longest wait for a budget "
+                                           "reservation's commit; one not seen by then may still land, so it "
+                                           "stays spent (the call gets 503)")
+    reservation_window_s: float = Field(default=1.0, gt=0, description="a budgeted call proceeds only if its "
+                                        "reservation was committed within this time of its admission (else "
+                                        "503, refunded); after a state-backend loss the rebuild waits this "
+                                        "long before reading the ledger, so it counts every such reservation")
     stream_send_timeout_s: float = Field(default=30.0, gt=0, description="a stream whose client has not "
                                          "taken the next frame within this time (the server's write buffer "
                                          "stayed full) is ended as 499 client_too_slow and its slots freed")
+    sse_keepalive_s: float = Field(default=15.0, ge=0, description="a stream still waiting for its first event "
+                                   "after this long starts (200) and gets a `: keep-alive` comment every this "
+                                   "many seconds until it arrives; a failure before that is a JSON error, after "
+                                   "it an SSE error event; 0 disables")
     quota_time_zone: str = Field(default="UTC", description="time zone of the quota day: quota groups' "
                                  "`daily_tokens` reset at midnight there (an IANA name, e.g. Asia/Shanghai)")
     breaker_failures: int = Field(default=3, ge=1, description="consecutive failures that open a circuit")

@@ -1,7 +1,7 @@
 """The reservation window: why a rebuild of the state backend never misses a reservation.
 
 A budgeted call may proceed only if its reservation row was committed within the *reservation
-window* (``HEARTH_LEDGER_COMMIT_TIMEOUT_S``) of sending its admission. Every admission that a lost
+window* (``HEARTH_RESERVATION_WINDOW_S``) of sending its admission. Every admission that a lost
 backend could have taken ran before the loss, so every reservation that lets a call proceed is in the
 database at most one window after the loss; a rebuild that reads the ledger one window after it
 noticed the loss therefore counts them all, with no per-call check against the backend afterwards.
@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 
 import pytest
 import redis
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.gateway.budget import counter_key, period_key
-from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable
+from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationLate, ReservationNotDurable
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.registry.snapshot import Budget, Registry
 from hearth.state.memory import MemoryState
@@ -56,17 +56,34 @@ async def reserve_rows(engine: AsyncEngine) -> list[str]:
         return [row[0] for row in result]
 
 
-async def test_a_reservation_committed_after_its_window_is_refused_and_stays_spent(engine: AsyncEngine) -> None:
+async def test_a_reservation_committed_after_its_window_is_late_but_in_the_ledger(engine: AsyncEngine) -> None:
     ledger = BudgetLedger(engine, MemoryState())
     try:
-        with pytest.raises(ReservationNotDurable) as refused:
+        with pytest.raises(ReservationLate):
             await ledger.reserve("late-call", (Charge("daily", daily_key(), 700),),
                                  deadline=time.monotonic() - 0.001)
-        assert refused.value.uncertain  # it may be written: the safe side is to leave it spent
+        assert await reserve_rows(engine) == ["late-call"]  # certainly written: the caller refunds it
         await ledger.reserve("on-time", (Charge("daily", daily_key(), 300),), deadline=time.monotonic() + 5)
         assert sorted(await reserve_rows(engine)) == ["late-call", "on-time"]
     finally:
         await ledger.stop()
+
+
+async def test_a_commit_not_seen_within_the_commit_timeout_is_not_durable(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)  # a table lock held by another connection: a slow database
+    await migrate(engine)
+    ledger = BudgetLedger(engine, MemoryState(), commit_timeout_s=0.2)
+    try:
+        async with engine.connect() as other:
+            await other.execute(text("LOCK TABLE budget_ledger IN ACCESS EXCLUSIVE MODE"))
+            with pytest.raises(ReservationNotDurable) as refused:
+                await ledger.reserve("stuck", (Charge("daily", daily_key(), 700),), deadline=time.monotonic() + 5)
+            assert refused.value.uncertain  # it may still land: the safe side is to leave it spent
+            await other.rollback()
+        await ledger.stop()
+        assert await reserve_rows(engine) == ["stuck"]  # it did land once the lock went
+    finally:
+        await engine.dispose()
 
 
 async def test_a_rebuild_counts_a_reservation_committed_just_after_the_loss(
@@ -75,7 +92,7 @@ async def test_a_rebuild_counts_a_reservation_committed_just_after_the_loss(
     registry = Registry(budgets=(Budget("daily", "app", "caller", "app", "day", "money", 10_000),))
     recovery = StateRecovery(state, engine, lambda: registry, reservation_ttl_s=30, open_within_s=300,
                              reservation_window_s=WINDOW_S)
-    ledger = BudgetLedger(engine, state, commit_timeout_s=WINDOW_S)
+    ledger = BudgetLedger(engine, state)
     try:
         await recovery.ensure()  # the first epoch of this deployment (nothing lost, no wait)
         first = state.epoch

@@ -7,12 +7,14 @@ into the next one), so under load the cost is a short wait, not a transaction pe
 
 **The reservation window** makes rebuilding the state backend's counters from the ledger exact. A
 reservation lets its call proceed only if it was committed before its ``deadline``: the moment its
-admission was sent plus ``commit_timeout_s``. An admission a lost backend took ran before the loss,
-so every reservation that let a call proceed is in the database at most one window after the loss;
-:class:`~hearth.gateway.state_recovery.StateRecovery` reads the ledger one window after it noticed the
-loss, and so counts them all — no per-call question to the backend after the commit. A reservation
-committed too late refuses its call and stays spent (the sweeper closes it as spent, as the counters
-hold it).
+admission was sent plus the window (``HEARTH_RESERVATION_WINDOW_S``). An admission a lost backend
+took ran before the loss, so every reservation that let a call proceed is in the database at most
+one window after the loss; :class:`~hearth.gateway.state_recovery.StateRecovery` reads the ledger one
+window after it noticed the loss, and so counts them all — no per-call question to the backend after
+the commit. A reservation committed after its window (:class:`ReservationLate`) refuses its call and
+is refunded like any unused reservation; one whose commit is not seen at all within
+``commit_timeout_s`` may still land, so it stays spent (the sweeper closes it as spent, as the
+counters hold it).
 
 **Settlements are asynchronous** (a batch every ``flush_s``): a settlement that is lost (the process
 died) leaves its reservation spent, the safe side; the sweeper (:mod:`hearth.gateway.budget_balances`)
@@ -43,6 +45,11 @@ from hearth.store.db import stop_writer_task
 from hearth.store.tables import budget_ledger
 
 log = get_logger("hearth.budget_ledger")
+
+
+class ReservationLate(Exception):
+    """Committed, but after the reservation's window: the call must not proceed (a rebuild may not
+    have counted it); the reservation is certainly in the ledger, so it is refunded."""
 
 
 class ReservationNotDurable(Exception):
@@ -102,7 +109,10 @@ class BudgetLedger:
     # ---- reservations: durable before the call proceeds ---------------------------------------------
     async def reserve(self, call_id: str, charges: tuple[Charge, ...], *, deadline: float) -> None:
         """Commit the call's reservation rows (group commit) before ``deadline`` (``time.monotonic()``:
-        the admission's send time plus :attr:`commit_timeout_s`); raise if they are not durable by then."""
+        the admission's send time plus the reservation window).
+
+        Raises :class:`ReservationLate` if the commit landed after ``deadline`` and
+        :class:`ReservationNotDurable` if it failed or was not seen within :attr:`commit_timeout_s`."""
         loop = asyncio.get_running_loop()
         waiting = _Waiting(call_id, charges, loop.create_future())
         waiting.done.add_done_callback(_retrieve)  # a caller that timed out no longer awaits it
@@ -111,14 +121,13 @@ class BudgetLedger:
             self._committing = True
             self._commit_task = loop.create_task(self._commit_waiting(), name="budget-reservation-commit")
         try:
-            left = max(0.0, deadline - time.monotonic())
-            committed_at = await asyncio.wait_for(asyncio.shield(waiting.done), left)
+            committed_at = await asyncio.wait_for(asyncio.shield(waiting.done), self.commit_timeout_s)
         except TimeoutError as exc:
             self.reservations_failed += 1
             raise ReservationNotDurable(True, "the database did not commit the reservation in time") from exc
         if committed_at > deadline:  # a rebuild that began reading the ledger may have missed it
             self.reservations_late += 1
-            raise ReservationNotDurable(True, "the reservation was committed after its window")
+            raise ReservationLate(call_id)
 
     async def _commit_waiting(self) -> None:
         try:

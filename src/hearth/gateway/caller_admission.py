@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 from hearth.gateway.admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.budget import Applicable
-from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable
+from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationLate, ReservationNotDurable
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
@@ -104,6 +104,7 @@ class AdmissionLimits:
     wait_s: float
     lease_ttl_s: float
     state_timeout_s: float  # a script that runs later than this after it was sent refuses
+    reservation_window_s: float = 1.0  # a reservation committed later than this after its admission refuses
 
 
 async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: StateRecovery, want: CallerAdmission,
@@ -163,7 +164,7 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: Stat
         grant.preadmitted = Admitted(endpoint, endpoint_lease)
     if charges:
         grant.remaining = _left(want.budgets, lease.budget_values)
-        await _make_durable(state, ledger, grant, deadline=sent + ledger.commit_timeout_s)
+        await _make_durable(state, ledger, grant, deadline=sent + limits.reservation_window_s)
     return grant
 
 
@@ -184,6 +185,9 @@ async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: Caller
         await finish_caller(state, ledger, grant, None, () if exc.uncertain else (0,) * len(rows),
                             settle=not exc.uncertain, record=False)
         raise HearthError("budget_ledger_unavailable", retry_after=2) from exc
+    except ReservationLate as exc:  # in the ledger, but perhaps not in a rebuild's counters: refund it
+        await finish_caller(state, ledger, grant, None, (0,) * len(rows))
+        raise HearthError("budget_ledger_unavailable", retry_after=1) from exc
     except asyncio.CancelledError:  # the caller left; the commit may still land: leave it spent
         await asyncio.shield(finish_caller(state, ledger, grant, None, (), settle=False))
         raise

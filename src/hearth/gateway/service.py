@@ -66,7 +66,8 @@ class Gateway:
         self.health = HealthBook(settings.breaker_failures, settings.breaker_open_s)
         self.rng = rng or random.Random()  # the router's draws and cooldown jitter (tests pass a seeded one)
         self.on_auth_failure = on_auth_failure
-        self.limits = AdmissionLimits(settings.limit_wait_s, settings.lease_ttl_s, settings.state_timeout_s)
+        self.limits = AdmissionLimits(settings.limit_wait_s, settings.lease_ttl_s, settings.state_timeout_s,
+                                      settings.reservation_window_s)
         self.plans = AdmissionPlans()
 
     def resolve_model(self, name: Any, kind: str) -> Model:
