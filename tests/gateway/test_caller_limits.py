@@ -83,13 +83,14 @@ async def test_a_stream_longer_than_the_lease_ttl_keeps_its_slot(backend, fake, 
     if backend == "redis":
         settings |= {"state_backend": "redis", "redis_prefix": request.getfixturevalue("redis_prefix")}
     server = hearth_server(limited_registry(fake), **settings)
-    fake.set_defaults(chunks=8, chunk_delay_ms=250)  # a 2 s stream
+    fake.set_defaults(chunks=8, chunk_delay_ms=200)  # a 1.6 s stream
     holder = asyncio.create_task(_stream(http, server.base_url, USER))
     await _until_streaming(fake)
-    await asyncio.sleep(1.2)  # twice the TTL it was admitted with
+    await asyncio.sleep(0.9)  # half as long again as the TTL it was admitted with
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(stream=True), headers=USER)
     assert r.status_code == 429 and r.json()["error"]["code"] == "user_stream_concurrency_exceeded"
     assert await holder == 200
+    fake.set_defaults(chunks=2, chunk_delay_ms=0)
     assert await _stream(http, server.base_url, USER) == 200  # released at the end as usual
 
 
