@@ -35,8 +35,7 @@ from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior, prompt_tokens_for
 from hearth.testing.server_thread import free_port
-from tests.conftest import ADMIN, AUTH, REDIS_URL, chat_body, gateway_registry
-from tests.gateway.test_budgets import ledger_summary
+from tests.support import ADMIN, AUTH, REDIS_URL, chat_body, gateway_registry, ledger_summary
 
 MAX_TOKENS = 20  # the fake answers 20 completion tokens unless capped; this caps at exactly 20
 CALLER = "caller:tester"
