@@ -151,3 +151,50 @@ async def test_stream_usage_is_recorded_in_the_request_log(fake, hearth_server, 
     assert row["completion_tokens"] == 10 and row["usage_estimated"] is False
     assert row["cost"] == pytest.approx((row["prompt_tokens"] * 1.0 + 10 * 2.0) / 1e6)
     assert row["ttft_ms"] is not None and row["endpoint"] == "a"
+
+
+# ---- timeout classes: time to first event, then idle between events ----------------------------------------
+
+def _stream_ep(kind: str, name: str, base_url: str, **extra: Any) -> dict[str, Any]:
+    provider = {"openai": "openai-like", "anthropic": "anthropic-like"}[kind]
+    return {**_ep(name, base_url, **extra), "provider": provider}
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_first_event_slower_than_the_idle_timeout_is_waited_for(kind, fake, hearth_server, http):
+    """The idle timeout is for silence between events; the first one is bounded by the TTFT timeout only."""
+    server = hearth_server(gateway_registry([_stream_ep(kind, "a", fake.base_url)]),
+                           stream_idle_timeout_s=0.4)
+    fake.set_defaults(chunks=3, first_event_delay_ms=600)  # 1.5 × the idle timeout, well within the TTFT one
+    events = _events(await _stream_raw(http, server.base_url + "/v1/chat/completions", chat_body(stream=True), AUTH))
+    assert events[-1] == b"[DONE]", events[-1]
+    assert fake.stats.requests == 1
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_the_endpoints_first_token_timeout_bounds_the_first_event_and_fails_over(kind, fake, fake2,
+                                                                                      hearth_server, http):
+    server = hearth_server(gateway_registry([
+        _stream_ep(kind, "a", fake.base_url, priority=0, first_token_timeout_s=0.3),
+        _stream_ep(kind, "b", fake2.base_url, priority=1)]))
+    fake.set_defaults(first_event_delay_ms=3000)
+    started = time.monotonic()
+    async with http.stream("POST", server.base_url + "/v1/chat/completions", json=chat_body(stream=True),
+                           headers=AUTH) as r:
+        assert r.status_code == 200 and r.headers["x-hearth-endpoint"] == "b"
+        raw = b"".join([c async for c in r.aiter_raw()])
+    assert _events(raw)[-1] == b"[DONE]"
+    assert time.monotonic() - started < 2.0  # not the endpoint's 60 s timeout_s, nor the fake's 3 s delay
+    assert fake.stats.requests == 1 and fake2.stats.requests == 1
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_the_endpoints_idle_timeout_replaces_the_default_after_the_first_event(kind, fake, hearth_server,
+                                                                                    http):
+    server = hearth_server(gateway_registry([_stream_ep(kind, "a", fake.base_url, stream_idle_timeout_s=0.3)]),
+                           stream_idle_timeout_s=30)
+    fake.set_defaults(chunks=5, chunk_delay_ms=3000)
+    started = time.monotonic()
+    events = _events(await _stream_raw(http, server.base_url + "/v1/chat/completions", chat_body(stream=True), AUTH))
+    assert orjson.loads(events[-1])["error"]["code"] == "upstream_stream_idle"
+    assert time.monotonic() - started < 2.0

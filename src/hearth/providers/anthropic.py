@@ -22,7 +22,7 @@ from hearth.providers.anthropic_format import (
     messages_response_to_chat,
 )
 from hearth.providers.base import UpstreamReply, Usage
-from hearth.providers.upstream_http import UpstreamHTTP, read_chunk
+from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, stream_timeouts
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
@@ -31,9 +31,9 @@ API_VERSION = "2023-06-01"
 
 
 class AnthropicStream:
-    def __init__(self, resp: aiohttp.ClientResponse, translator: MessagesStreamTranslator,
+    def __init__(self, body: UpstreamBody, translator: MessagesStreamTranslator,
                  max_event_bytes: int) -> None:
-        self._resp = resp
+        self._body = body
         self._tr = translator
         self._parser = SSEParser(max_event_bytes)
         self._pending: list[bytes] = []
@@ -53,7 +53,7 @@ class AnthropicStream:
         while not self._pending:
             if self._tr.finished:
                 return False
-            chunk = await read_chunk(self._resp)
+            chunk = await self._body.read()
             if not chunk:
                 raise UpstreamNetworkError("upstream stream ended before message_stop")
             try:
@@ -80,7 +80,7 @@ class AnthropicStream:
                 yield payload
 
     async def aclose(self) -> None:
-        self._resp.close()
+        self._body.close()
 
 
 class AnthropicProvider:
@@ -119,15 +119,16 @@ class AnthropicProvider:
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
                           idle_timeout_s: float) -> AnthropicStream:
+        first_s, idle_s = stream_timeouts(ep, first_byte_timeout_s, idle_timeout_s)
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         payload = orjson.dumps({**self._translate(ep, body), "stream": True})
         return await self._http.open_stream(
             ep.base_url + "/messages", payload, self._headers(ep, True),
-            first_event_timeout_s=first_byte_timeout_s, idle_timeout_s=idle_timeout_s,
+            first_event_timeout_s=first_s, idle_timeout_s=idle_s,
             error_body=anthropic_error_to_openai,
-            stream=lambda resp: AnthropicStream(resp, MessagesStreamTranslator(ep.upstream_model, include_usage),
-                                                self._max_event_bytes))
+            stream=lambda reader: AnthropicStream(reader, MessagesStreamTranslator(ep.upstream_model, include_usage),
+                                                  self._max_event_bytes))
 
     async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
         raise HearthError("unsupported_feature", "Anthropic endpoints do not serve embeddings.")

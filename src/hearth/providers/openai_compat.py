@@ -16,7 +16,7 @@ import orjson
 from hearth.errors import UpstreamNetworkError
 from hearth.observability.logging import scrub
 from hearth.providers.base import UpstreamReply, Usage
-from hearth.providers.upstream_http import UpstreamHTTP, read_chunk
+from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, stream_timeouts
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
@@ -49,8 +49,8 @@ def _usage_of(obj: Any) -> Usage | None:
 class OpenAIStream:
     """Relays an upstream SSE stream event by event (see :class:`~hearth.providers.base.UpstreamStream`)."""
 
-    def __init__(self, resp: aiohttp.ClientResponse, max_event_bytes: int, drop_usage_chunk: bool) -> None:
-        self._resp = resp
+    def __init__(self, body: UpstreamBody, max_event_bytes: int, drop_usage_chunk: bool) -> None:
+        self._body = body
         self._parser = SSEParser(max_event_bytes)
         self._pending: list[bytes] = []
         self._drop_usage_chunk = drop_usage_chunk
@@ -102,7 +102,7 @@ class OpenAIStream:
                 raise self._failure
             if self._done:
                 return False
-            chunk = await read_chunk(self._resp)
+            chunk = await self._body.read()
             if not chunk:
                 self._parser.flush()
                 raise UpstreamNetworkError("upstream stream ended before [DONE]")
@@ -128,7 +128,7 @@ class OpenAIStream:
                 yield payload
 
     async def aclose(self) -> None:
-        self._resp.close()
+        self._body.close()
 
 
 def _with_output_limit_field(ep: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
@@ -172,6 +172,7 @@ class OpenAICompatProvider:
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
                           idle_timeout_s: float) -> OpenAIStream:
+        first_s, idle_s = stream_timeouts(ep, first_byte_timeout_s, idle_timeout_s)
         body = _with_output_limit_field(ep, body)
         opts = body.get("stream_options")
         wants_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
@@ -179,6 +180,6 @@ class OpenAICompatProvider:
                          "stream_options": {**(opts if isinstance(opts, dict) else {}), "include_usage": True}}
         return await self._http.open_stream(
             ep.base_url + "/chat/completions", orjson.dumps(upstream_body), self._headers(ep, "text/event-stream"),
-            first_event_timeout_s=first_byte_timeout_s, idle_timeout_s=idle_timeout_s,
+            first_event_timeout_s=first_s, idle_timeout_s=idle_s,
             error_body=upstream_error_body,
-            stream=lambda resp: OpenAIStream(resp, self._max_event_bytes, drop_usage_chunk=not wants_usage))
+            stream=lambda reader: OpenAIStream(reader, self._max_event_bytes, drop_usage_chunk=not wants_usage))

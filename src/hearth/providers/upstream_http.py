@@ -12,8 +12,8 @@ honour the same timeout classes and raise the same errors:
   to the first event (connect, headers, first bytes); the stream is *primed* (its first event read,
   :meth:`~hearth.providers.base.UpstreamStream.prime`) before it is returned, so an upstream that
   fails before its first event can still fail over;
-* **stream, idle** — the upstream may stay silent at most ``idle_timeout_s`` between bytes
-  (aiohttp's socket-read timer, so it costs nothing per event).
+* **stream, idle** — armed only once the first event is in: a read that finds nothing buffered
+  waits at most ``idle_timeout_s`` for the upstream to send more.
 
 Errors: an error status becomes :class:`~hearth.errors.UpstreamHTTPError` (the provider's own error
 body translated to OpenAI's shape by ``error_body``, and the upstream's Retry-After); no usable
@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 
 from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
+from hearth.registry.snapshot import Endpoint
 
 ErrorBody = Callable[[int, bytes], dict[str, Any]]  # (status, raw body) → an OpenAI-shaped error body
 
@@ -70,17 +71,44 @@ def _number(value: str | None) -> float | None:
     return float(value)
 
 
-async def read_chunk(resp: aiohttp.ClientResponse) -> bytes:
-    """The next bytes of a streamed body (``b""`` at its end); a failed read is an UpstreamNetworkError.
+class UpstreamBody:
+    """The streamed body of one upstream response, read chunk by chunk under the stream's timeouts.
 
-    aiohttp's socket-read timer (the idle timeout, see :meth:`UpstreamHTTP.open_stream`) surfaces
-    here as a timeout, so it gets the stream-idle code; a cut connection is "interrupted"."""
-    try:
-        return await resp.content.readany()
-    except TimeoutError as exc:
-        raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}", timeout=True) from exc
-    except aiohttp.ClientError as exc:
-        raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+    Until :meth:`arm_idle_timeout` (called once the stream is primed) a read waits as long as the
+    first-event timeout around it allows; after it, a read that finds nothing buffered waits at most
+    ``idle_timeout_s`` for the upstream to send more. A failed read is an ``UpstreamNetworkError``:
+    the idle timeout with the stream-idle code, a cut connection "interrupted"."""
+
+    __slots__ = ("_content", "_idle_s", "_idle_s_armed", "_resp")
+
+    def __init__(self, resp: aiohttp.ClientResponse, idle_timeout_s: float) -> None:
+        self._resp = resp
+        self._content = resp.content
+        self._idle_s = idle_timeout_s
+        self._idle_s_armed: float | None = None
+
+    def arm_idle_timeout(self) -> None:
+        self._idle_s_armed = self._idle_s
+
+    async def read(self) -> bytes:
+        """The next bytes (everything buffered, or the next arrival); ``b""`` at the end of the body."""
+        content = self._content
+        try:
+            if self._idle_s_armed is None:
+                return await content.readany()
+            chunk = content.read_nowait()  # already here: no timer to arm
+            if chunk or content.at_eof():
+                return chunk
+            async with asyncio.timeout(self._idle_s_armed):
+                return await content.readany()
+        except TimeoutError as exc:
+            raise UpstreamNetworkError("upstream stream failed: no data within the idle timeout",
+                                       timeout=True) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+
+    def close(self) -> None:
+        self._resp.close()
 
 
 class PrimableStream(Protocol):
@@ -132,23 +160,37 @@ class UpstreamHTTP:
 
     async def open_stream(self, url: str, payload: bytes, headers: Mapping[str, str], *,
                           first_event_timeout_s: float, idle_timeout_s: float, error_body: ErrorBody,
-                          stream: Callable[[aiohttp.ClientResponse], S]) -> S:
-        """POST, wrap the response in ``stream`` and prime it, all within ``first_event_timeout_s``.
+                          stream: Callable[[UpstreamBody], S]) -> S:
+        """POST, wrap the body in ``stream`` and prime it, all within ``first_event_timeout_s``.
 
-        On any failure the response is closed."""
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_event_timeout_s),
-                                        sock_read=idle_timeout_s)
+        Until the first event the idle timeout plays no part (an upstream slow to its first token is
+        not idle); it is armed once the stream is primed. On any failure the response is closed."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_event_timeout_s))
         try:
             async with asyncio.timeout(first_event_timeout_s):
                 resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body)
+                body = UpstreamBody(resp, idle_timeout_s)
                 try:
-                    opened = stream(resp)
+                    opened = stream(body)
                     await opened.prime()
                 except BaseException:
-                    resp.close()
+                    body.close()
                     raise
         except TimeoutError as exc:
             raise UpstreamNetworkError("upstream timed out before the first event", timeout=True) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+        body.arm_idle_timeout()
         return opened
+
+
+def stream_timeouts(ep: Endpoint, first_event_timeout_s: float, idle_timeout_s: float) -> tuple[float, float]:
+    """The first-event and idle timeouts of a stream to ``ep``: its own settings where it has them.
+
+    ``first_event_timeout_s`` is what the gateway allows (the endpoint's ``timeout_s`` narrowed by
+    the call's deadline); the endpoint's ``first_token_timeout_s`` can only narrow it further.
+    ``idle_timeout_s`` is the default (``HEARTH_STREAM_IDLE_TIMEOUT_S``), replaced by the endpoint's
+    ``stream_idle_timeout_s``."""
+    first = first_event_timeout_s if ep.first_token_timeout_s is None else min(first_event_timeout_s,
+                                                                                ep.first_token_timeout_s)
+    return first, (idle_timeout_s if ep.stream_idle_timeout_s is None else ep.stream_idle_timeout_s)

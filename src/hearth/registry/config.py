@@ -54,7 +54,15 @@ class EndpointSpec(_Strict):
     tpm: int = Field(default=0, ge=0)
     weight: float = Field(default=1.0, gt=0)
     priority: int = 0
-    timeout_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0, description="a non-stream answer's whole time; a stream's time "
+                             "to its first event unless `first_token_timeout_s` narrows it (both within the "
+                             "call's deadline)")
+    first_token_timeout_s: float | None = Field(
+        default=None, gt=0, description="a stream's longest wait for its first event (connect, headers, first "
+        "token); at most `timeout_s`, which it defaults to. The idle timeout plays no part before the first event")
+    stream_idle_timeout_s: float | None = Field(
+        default=None, gt=0, description="after a stream's first event, the longest silence between events; "
+        "default HEARTH_STREAM_IDLE_TIMEOUT_S")
     capabilities: list[Capability] = Field(default_factory=lambda: list[Capability](["chat", "streaming"]))
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = Field(
         default="max_tokens", description="the name this upstream reads for the output limit: a scene's "
@@ -68,6 +76,14 @@ class EndpointSpec(_Strict):
         if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
         return v.rstrip("/") if v else v
+
+    @model_validator(mode="after")
+    def _first_token_within_timeout(self) -> EndpointSpec:
+        # the first event is also bounded by timeout_s: a longer value would be silently cut short
+        if self.first_token_timeout_s is not None and self.first_token_timeout_s > self.timeout_s:
+            raise ValueError(f"first_token_timeout_s ({self.first_token_timeout_s}) must not exceed timeout_s "
+                             f"({self.timeout_s})")
+        return self
 
 
 class ModelSpec(_Strict):

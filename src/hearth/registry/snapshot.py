@@ -41,6 +41,8 @@ class Endpoint:
     disabled_reason: str | None = None
     disabled_by: str | None = None  # config | gateway | admin | provider (see registry/endpoint_holds.py)
     max_tokens_field: str = "max_tokens"  # or "max_completion_tokens": the name the upstream reads
+    first_token_timeout_s: float | None = None  # a stream's wait for its first event; None: timeout_s
+    stream_idle_timeout_s: float | None = None  # silence allowed between events; None: the setting
 
 
 @dataclass(slots=True, frozen=True)

@@ -340,7 +340,8 @@ async def _load(conn: AsyncConnection, vault: KeyVault) -> Registry:
             max_concurrency=r["max_concurrency"], rpm=r["rpm"], tpm=r["tpm"], weight=r["weight"],
             priority=r["priority"], timeout_s=r["timeout_s"], capabilities=frozenset(r["capabilities"]),
             enabled=enabled, disabled_reason=reason, disabled_by=disabled_by,
-            max_tokens_field=r["max_tokens_field"])
+            max_tokens_field=r["max_tokens_field"], first_token_timeout_s=r["first_token_timeout_s"],
+            stream_idle_timeout_s=r["stream_idle_timeout_s"])
     pools: dict[str, list[Endpoint]] = {}
     for r in (await conn.execute(select(model_pool_members).order_by(
             model_pool_members.c.model, model_pool_members.c.endpoint))).mappings():
