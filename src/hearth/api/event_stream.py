@@ -11,20 +11,36 @@ here — one frame is in flight at a time — so a stream's memory is that buffe
 send still blocked after ``stream_send_timeout_s`` ends the stream: the connection is dropped
 (unsent bytes discarded), the relay closed (upstream closed, slots released) and the request logged
 as 499 ``client_too_slow``. One timer per stream checks this, not one per frame.
+
+It can also be handed the stream *being opened* (:meth:`EventStreamResponse.opening`), so a slow
+first event does not leave the client with silence: a stream still waiting for its first upstream
+event after ``keepalive_s`` starts — status 200 and the SSE headers — and gets a ``: keep-alive``
+comment every ``keepalive_s`` until the event comes (proxies and clients with read timeouts keep the
+connection). Failover goes on behind the comments. A failure within the first ``keepalive_s`` is
+answered as before, a JSON error with its status and ``x-should-retry`` (the hot path's rendering);
+once the stream has started it can only be an SSE error event. A stream opened within ``keepalive_s``
+costs one timer, no task; only a slow one gets the task that sends the comments.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hearth.api.client_watch import ClientWatch, abort_connection, bound_unsent_bytes
+from hearth.api.error_handlers import relayed_error, render_error
+from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.gateway.relay import RelayStream
+from hearth.observability.logging import get_logger
+
+log = get_logger("hearth.api")
 
 _HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no")]
@@ -33,6 +49,7 @@ _DISCONNECTED = "client_disconnected"
 _TOO_SLOW = "client_too_slow"
 _FINISHED = "finished"
 KERNEL_UNSENT_BYTES = 16 * 1024
+KEEPALIVE_FRAME = b": keep-alive\n\n"
 
 
 class _StallTimer:
@@ -71,10 +88,19 @@ def configured_send_timeout(scope: Scope) -> float:
     return value if isinstance(value, int | float) else DEFAULT_SEND_TIMEOUT_S
 
 
+class _Started:
+    """Whether ``http.response.start`` went out (set just before it is sent: the server writes it at once)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = False
+
+
 class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
-    def __init__(self, relay: RelayStream, headers: dict[str, str] | None = None, *,
+    def __init__(self, relay: RelayStream | None, headers: dict[str, str] | None = None, *,
                  send_timeout_s: float | None = None) -> None:
         # Deliberately not calling Response.__init__: there is no body to render up front.
         self.status_code = 200
@@ -82,6 +108,23 @@ class EventStreamResponse(Response):
         self.relay = relay
         self.extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
         self.send_timeout_s = send_timeout_s
+        self._opening: Awaitable[RelayStream] | None = None
+        self._headers_of: Callable[[], dict[str, str]] | None = None
+        self._keepalive_s = 0.0
+
+    @classmethod
+    def opening(cls, opening: Awaitable[RelayStream], headers_of: Callable[[], dict[str, str]], *,
+                keepalive_s: float, send_timeout_s: float | None = None) -> EventStreamResponse:
+        """The response of a stream still being opened (admission, attempts, the first event).
+
+        ``headers_of()`` gives the call's headers once it is open; a stream that had to start early
+        (keep-alives) has none of them, since no endpoint had answered yet. ``keepalive_s`` 0: no
+        keep-alives, the response waits for the stream (or its error) as a plain handler would."""
+        response = cls(None, send_timeout_s=send_timeout_s)
+        response._opening = opening
+        response._headers_of = headers_of
+        response._keepalive_s = keepalive_s
+        return response
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pump = asyncio.current_task()
@@ -109,12 +152,19 @@ class EventStreamResponse(Response):
 
             watcher = asyncio.create_task(watch_disconnect())
         bound_unsent_bytes(receive, KERNEL_UNSENT_BYTES)
-        frames = self.relay.frames()
         timer = _StallTimer(loop, self.send_timeout_s or configured_send_timeout(scope), lambda: stop(_TOO_SLOW))
+        started = _Started()
+        frames = None
         try:
-            timer.since = loop.time()
-            await send({"type": "http.response.start", "status": 200, "headers": _HEADERS + self.extra})
-            timer.since = None
+            if self.relay is None and await self._open(scope, receive, send, timer, started) is None:
+                return  # the failure has been answered
+            assert self.relay is not None
+            frames = self.relay.frames()
+            if not started.value:
+                started.value = True
+                timer.since = loop.time()
+                await send({"type": "http.response.start", "status": 200, "headers": _HEADERS + self.extra})
+                timer.since = None
             async for frame in frames:
                 timer.since = loop.time()
                 await send({"type": "http.response.body", "body": frame, "more_body": True})
@@ -135,13 +185,90 @@ class EventStreamResponse(Response):
             elif isinstance(watch, ClientWatch):
                 watch.on_disconnect(None)
             dropped = False
+            relay = self.relay
             if stopped == _TOO_SLOW:
-                client_left = getattr(self.relay, "client_left", None)
+                client_left = getattr(relay, "client_left", None)
                 if client_left is not None:
                     client_left(_TOO_SLOW)
                 dropped = abort_connection(receive)  # frees the connection and its unsent bytes now
-            with contextlib.suppress(BaseException):
-                await frames.aclose()  # type: ignore[attr-defined]
-            await self.relay.close()
+            if frames is not None:
+                with contextlib.suppress(BaseException):
+                    await frames.aclose()  # type: ignore[attr-defined]
+            if relay is not None:
+                await relay.close()
             if dropped:
                 await asyncio.sleep(0)  # let the server see the connection lost before we return
+
+    async def _open(self, scope: Scope, receive: Receive, send: Send, timer: _StallTimer,
+                    started: _Started) -> RelayStream | None:
+        """Await the stream being opened, with keep-alives past ``keepalive_s``; None if it failed
+        (the failure answered: a JSON error if nothing was sent yet, else an SSE error event)."""
+        assert self._opening is not None and self._headers_of is not None
+        loop = asyncio.get_running_loop()
+        interval = self._keepalive_s
+        beat: asyncio.Task[None] | None = None
+
+        async def keep_alive() -> None:
+            started.value = True
+            timer.since = loop.time()
+            await send({"type": "http.response.start", "status": 200, "headers": list(_HEADERS)})
+            while True:
+                timer.since = loop.time()
+                await send({"type": "http.response.body", "body": KEEPALIVE_FRAME, "more_body": True})
+                timer.since = None
+                await asyncio.sleep(interval)
+
+        def begin() -> None:
+            nonlocal beat
+            beat = loop.create_task(keep_alive(), name="sse-keep-alive")
+
+        due = loop.call_later(interval, begin) if interval > 0 else None
+        failure: BaseException | None = None
+        try:
+            self.relay = await self._opening  # at once: whatever happens next, __call__ closes it
+        except Exception as exc:
+            failure = exc
+        finally:  # also on cancellation (the client left): no comment may follow
+            if due is not None:
+                due.cancel()
+            if beat is not None:
+                beat.cancel()
+                await asyncio.wait((beat,))  # a cancellation of ours still propagates from here
+                if not beat.cancelled():
+                    beat.exception()  # (a send that failed: the client left; the watch ends the stream)
+                timer.since = None
+        relay = self.relay
+        if relay is not None:
+            if not started.value:
+                self.extra = [(k.lower().encode(), v.encode()) for k, v in self._headers_of().items()]
+            return relay
+        assert failure is not None
+        if started.value:
+            timer.since = loop.time()
+            await send({"type": "http.response.body", "body": _error_event(failure), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        else:
+            await _error_response(scope, receive, failure)(scope, receive, send)
+        return None
+
+
+def _known_error(exc: BaseException) -> HearthError | UpstreamHTTPError:
+    if isinstance(exc, HearthError | UpstreamHTTPError):
+        return exc
+    log.error("unhandled_error", error=type(exc).__name__, exc_info=exc)
+    return HearthError("internal_error")
+
+
+def _error_response(scope: Scope, receive: Receive, exc: BaseException) -> Response:
+    """What the hot path answers a handler's error with (status, ``x-should-retry``, …)."""
+    known = _known_error(exc)
+    if isinstance(known, UpstreamHTTPError):
+        return relayed_error(known)
+    return render_error(Request(scope, receive), known)
+
+
+def _error_event(exc: BaseException) -> bytes:
+    """The same error as an OpenAI-style SSE error event (the stream has started: no status left)."""
+    known = _known_error(exc)
+    body = known.body if isinstance(known, UpstreamHTTPError) else known.openai_body()
+    return b"data: " + orjson.dumps(body) + b"\n\n"

@@ -70,8 +70,9 @@ async def chat_completions(request: Request) -> Response:
     gw = runtime(request).gateway
     ctx = _context(request, caller, body, "chat", nonce)
     if body.get("stream"):
-        relay = await gw.open_stream(ctx, body)
-        return EventStreamResponse(relay, _call_headers(ctx))
+        # opened by the response, which sends keep-alives if the first event is slow (see event_stream)
+        return EventStreamResponse.opening(gw.open_stream(ctx, body), lambda: _call_headers(ctx),
+                                           keepalive_s=runtime(request).settings.sse_keepalive_s)
     reply = await gw.complete(ctx, body)
     return Response(_public_reply(gw.registry, ctx, reply.body), media_type="application/json",
                     headers=_call_headers(ctx))
