@@ -111,3 +111,15 @@ async def test_the_official_sdk_reads_a_synthesized_usage_chunk(fake, hearth_ser
         await client.close()
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     assert chunks[-1].choices == [] and {c.model for c in chunks} == {"m"}
+
+
+def test_the_chunk_renamer_agrees_with_the_general_splice() -> None:
+    from hearth.wire.model_name import ChunkRenamer, public_model_body
+
+    rename = ChunkRenamer("up-model-7b", "pub")
+    compact = b'{"id":"x","model":"up-model-7b","choices":[{"delta":{"content":"\\"model\\":\\"up-model-7b\\""}}]}'
+    spaced = b'{"id": "x", "model": "up-model-7b", "choices": []}'
+    other = b'{"id":"x","model":"another-upstream","choices":[]}'
+    for chunk in (compact, spaced, other, b'{"id":"x","choices":[]}'):
+        assert orjson.loads(rename(chunk)) == orjson.loads(public_model_body(chunk, "pub")), chunk
+    assert orjson.loads(rename(compact))["choices"][0]["delta"]["content"] == '"model":"up-model-7b"'

@@ -7,9 +7,10 @@ settled with the stream's usage, request log written). After the first byte reac
 stream is never retried: an upstream failure, or the call's absolute deadline passing, ends it with
 an explicit OpenAI-style error event instead of a silent, truncated 200.
 
-Chunks show the public model name (:func:`~hearth.gateway.model_name.shown_model`), spliced into
-each payload (about a microsecond a chunk). A caller that asked for usage
-(``stream_options.include_usage``) whose upstream sent none gets a final usage chunk anyway, built
+Chunks show the public model name (:func:`~hearth.gateway.model_name.shown_model`), replaced in
+each payload (:class:`~hearth.wire.model_name.ChunkRenamer`, about a microsecond a chunk). A caller
+that asked for usage (``stream_options.include_usage``) whose upstream sent none gets a final usage
+chunk anyway, built
 from Hearth's own estimates (the prompt estimate and the counted completion text) and marked
 ``"hearth_estimated": true`` inside ``usage`` — an extra key the SDKs ignore; the request log then
 says ``usage_estimated`` with the same numbers.
@@ -28,7 +29,7 @@ from hearth.gateway.call import Call
 from hearth.gateway.context import CallContext
 from hearth.gateway.model_name import shown_model
 from hearth.providers.base import UpstreamStream, Usage
-from hearth.wire.model_name import public_model_body
+from hearth.wire.model_name import ChunkRenamer
 from hearth.wire.sse import encode_event
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -50,6 +51,7 @@ class RelayStream:
         self._error_code: str | None = "client_disconnected"
         self._closed = False
         self._model = shown_model(call.deps.registry, call.ctx.model, self._endpoint)
+        self._rename = ChunkRenamer(self._endpoint.upstream_model, self._model) if self._model is not None else None
         self._first: bytes | None = None  # the first chunk relayed: a synthesized usage chunk copies its id
         call.deps.health.succeeded(self._endpoint.name, call.ctx.ttft_ms or 0.0)
 
@@ -69,10 +71,10 @@ class RelayStream:
         remaining = self._call.ctx.deadline - time.monotonic()
         try:
             async with asyncio.timeout(max(0.0, remaining)):
-                model = self._model
+                rename = self._rename
                 async for payload in self._upstream.events():
-                    if model is not None:
-                        payload = public_model_body(payload, model)
+                    if rename is not None:
+                        payload = rename(payload)
                     if self._first is None:
                         self._first = payload
                     if b"\n" in payload or b"\r" in payload:

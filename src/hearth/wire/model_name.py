@@ -10,7 +10,7 @@ import re
 
 import orjson
 
-__all__ = ["public_model_body"]
+__all__ = ["ChunkRenamer", "public_model_body"]
 
 _MODEL_VALUE = re.compile(rb'"model"\s*:\s*(?:"(?:[^"\\]|\\.)*"|null)')
 
@@ -33,3 +33,27 @@ def public_model_body(body: bytes, public: str) -> bytes:
         obj["model"] = public
         return orjson.dumps(obj)
     return body
+
+
+class ChunkRenamer:
+    """:func:`public_model_body` for the chunks of one stream, whose ``model`` is known in advance.
+
+    Upstreams write every chunk's model the same way, usually compactly (``"model":"<upstream>"``,
+    before ``choices``): the first occurrence of exactly that text is the top-level key (an unescaped
+    ``"model"`` is always a key, and nothing nested comes before it), so it is replaced in place — one
+    scan and a copy, about a fifth of the general path's cost for a 250-byte chunk. A chunk written
+    any other way goes the general way."""
+
+    __slots__ = ("_compact", "_public", "_replacement", "_size")
+
+    def __init__(self, upstream: str, public: str) -> None:
+        self._public = public
+        self._compact = b'"model":' + orjson.dumps(upstream)
+        self._size = len(self._compact)
+        self._replacement = b'"model":' + orjson.dumps(public)
+
+    def __call__(self, payload: bytes) -> bytes:
+        at = payload.find(self._compact)
+        if at >= 0:
+            return b"".join((payload[:at], self._replacement, payload[at + self._size:]))
+        return public_model_body(payload, self._public)
