@@ -25,9 +25,10 @@ from hearth.settings import Settings
 from hearth.state.base import StateBackend
 from hearth.state.memory import MemoryState
 from hearth.state.redis import RedisState
+from hearth.testing.fake_clock import FakeClock
 from hearth.testing.fake_upstream import FakeUpstream
 from hearth.testing.server_thread import HearthServerThread
-from tests.support import IN_CI, MASTER_KEY, PG_ADMIN_DSN, REDIS_URL, write_config
+from tests.support import IN_CI, MASTER_KEY, PG_ADMIN_DSN, REDIS_URL, StateTime, write_config
 
 # Tests configure Hearth explicitly; settings from the developer's shell (or `make`) must not leak in.
 for _name in [n for n in os.environ if n.startswith("HEARTH_") and not n.startswith("HEARTH_TEST_")]:
@@ -97,16 +98,27 @@ def _fresh_postgres() -> Iterator[str]:
         asyncio.run(_drop_pg_database(name))
 
 
+@pytest.fixture
+def state_clock() -> FakeClock:
+    """The clock of the ``state`` fixture's memory backend (at the start of the current minute)."""
+    return FakeClock()
+
+
 @pytest.fixture(params=["memory", "redis"])
-async def state(request: pytest.FixtureRequest) -> AsyncIterator[StateBackend]:
-    """Each state backend in turn (Redis under this test's key prefix)."""
+async def state(request: pytest.FixtureRequest, state_clock: FakeClock) -> AsyncIterator[StateBackend]:
+    """Each state backend in turn: memory on ``state_clock``, Redis under this test's key prefix."""
     backend: StateBackend
     if request.param == "memory":
-        backend = MemoryState()
+        backend = MemoryState(clock=state_clock)
     else:
         backend = RedisState(REDIS_URL, request.getfixturevalue("redis_prefix"))
     yield backend
     await backend.close()
+
+
+@pytest.fixture
+def state_time(state: StateBackend, state_clock: FakeClock) -> StateTime:
+    return StateTime(state, state_clock)
 
 
 @pytest.fixture

@@ -8,17 +8,22 @@ server harnesses in their own modules (``tests/e2e/processes.py``, ``tests/e2e/r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from sqlalchemy import func, select
 
+from hearth.state.base import StateBackend
+from hearth.state.memory import MemoryState
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
+from hearth.testing.fake_clock import FakeClock
 from hearth.wire.tokens import prompt_upper_bound
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -117,3 +122,33 @@ def load_signing_vectors() -> list[dict[str, str]]:
     vectors = [json.loads(block) for block in _VECTOR_BLOCK.findall(SIGNING_DOC.read_text(encoding="utf-8"))]
     assert vectors, "docs/signing.md has no ```json signing-test-vector blocks"
     return vectors
+
+
+# --------------------------------------------------------------------------- time in state-backend tests
+
+
+class StateTime:
+    """Time as the ``state`` backend under test sees it.
+
+    The memory backend reads a :class:`FakeClock`, so a lease TTL, a cooldown or a minute window
+    passes at once. Redis decides expiry with its own clock (``TIME`` and key TTLs inside the
+    scripts), which no test can move: there time passes for real, so keep those waits short."""
+
+    def __init__(self, backend: StateBackend, clock: FakeClock) -> None:
+        self._fake = clock if isinstance(backend, MemoryState) else None
+
+    def now(self) -> float:
+        return self._fake.now() if self._fake is not None else time.time()
+
+    async def elapse(self, seconds: float) -> None:
+        if self._fake is not None:
+            self._fake.advance(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    async def away_from_minute_edge(self, margin_s: float = 0.9) -> None:
+        """RPM/TPM count in one-minute windows: don't start a counting test just before one ends
+        (a test that counts within ``margin_s`` of starting; on Redis this waits at most that long)."""
+        left = 60 - self.now() % 60
+        if left < margin_s:
+            await self.elapse(left + 0.01)

@@ -293,8 +293,8 @@ def _governed(kind: str) -> tuple[tuple[Scope, ...], list[Applicable], tuple[str
 
 
 @pytest.mark.parametrize("kind", ["limits", "limits+budget", "budget", "nonce", "everything"])
-async def test_an_unused_preadmitted_endpoint_lease_is_released_by_finish_caller(state, ledger, kind):
-    await _away_from_minute_edge(3.0)
+async def test_an_unused_preadmitted_endpoint_lease_is_released_by_finish_caller(state, state_time, ledger, kind):
+    await state_time.away_from_minute_edge()
     scopes, budgets, nonce = _governed(kind)
     charges = reservation_charges(budgets, TOKENS, 0)
     grant = await _admit(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, nonce, endpoint=EP)
@@ -320,8 +320,8 @@ async def test_an_unused_preadmitted_endpoint_lease_is_released_by_finish_caller
     assert (await state.usage("ep:e1")).in_flight == 0
 
 
-async def test_a_full_endpoint_takes_the_callers_part_alone(state, ledger):
-    await _away_from_minute_edge(3.0)
+async def test_a_full_endpoint_takes_the_callers_part_alone(state, state_time, ledger):
+    await state_time.away_from_minute_edge()
     full = Endpoint(name="full", provider="p", kind="openai", base_url="http://127.0.0.1:9", upstream_model="up",
                     max_concurrency=1, rpm=1000)
     held = await state.acquire(uuid.uuid4().hex, (Scope("ep:full", 1, 1000),), TOKENS, 30.0)
@@ -338,8 +338,8 @@ async def test_a_full_endpoint_takes_the_callers_part_alone(state, ledger):
     assert (await state.usage("caller:c")).in_flight == 0 and (await state.usage("ep:full")).in_flight == 0
 
 
-async def test_a_reservation_committed_after_its_window_refuses_the_call_and_is_refunded(state, ledger):
-    await _away_from_minute_edge(3.0)
+async def test_a_reservation_committed_after_its_window_refuses_the_call_and_is_refunded(state, state_time, ledger):
+    await state_time.away_from_minute_edge()
     scopes, budgets, _ = _governed("limits+budget")
     charges = reservation_charges(budgets, TOKENS, 0)
     with pytest.raises(HearthError) as refused:
@@ -354,8 +354,8 @@ async def test_a_reservation_committed_after_its_window_refuses_the_call_and_is_
     assert kinds == [("reserve", TOKENS, 0), ("settle", 0, TOKENS)]
 
 
-async def test_a_cooling_endpoint_takes_the_callers_part_alone(state, ledger):
-    await _away_from_minute_edge(3.0)
+async def test_a_cooling_endpoint_takes_the_callers_part_alone(state, state_time, ledger):
+    await state_time.away_from_minute_edge()
     await state.set_cooldown("ep:e1", 30.0)
     grant = await _admit(state, ledger, (CALLER_SCOPE,), [], (), TOKENS, 0.0, 30.0, endpoint=EP)
     assert grant.preadmitted is None and grant.lease is not None

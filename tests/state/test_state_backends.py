@@ -26,7 +26,7 @@ from hearth.state.memory import MemoryState
 from hearth.state.quota_day import QuotaDay
 from hearth.state.redis import RedisState
 from hearth.testing.fake_clock import FakeClock
-from tests.support import REDIS_URL
+from tests.support import REDIS_URL, StateTime
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,13 +40,6 @@ async def redis_state(redis_prefix: str) -> AsyncIterator[RedisState]:
 
 def lid() -> str:
     return uuid.uuid4().hex
-
-
-async def away_from_minute_edge(margin_s: float = 2.0) -> None:
-    """RPM/TPM count in one-minute windows; don't start a counting test just before a window ends."""
-    left = 60 - time.time() % 60
-    if left < margin_s:
-        await asyncio.sleep(left + 0.05)
 
 
 # --------------------------------------------------------------------------- both backends
@@ -75,8 +68,8 @@ async def test_concurrency_refusal_on_second_scope_takes_nothing_on_first(state:
     assert (await state.usage("qg:g")).in_flight == 1
 
 
-async def test_rpm_refusal_on_second_scope_counts_nothing_on_first(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_rpm_refusal_on_second_scope_counts_nothing_on_first(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     ep, qg = Scope("ep:a", rpm=10), Scope("qg:g", rpm=1)
     assert (await state.acquire(lid(), (ep, qg), 1, 30.0)).lease is not None
     refused = await state.acquire(lid(), (ep, qg), 1, 30.0)
@@ -86,8 +79,9 @@ async def test_rpm_refusal_on_second_scope_counts_nothing_on_first(state: StateB
     assert (await state.usage("qg:g")).rpm_used == 1
 
 
-async def test_tpm_refusal_on_second_scope_reserves_nothing_on_first(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_tpm_refusal_on_second_scope_reserves_nothing_on_first(
+        state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     ep, qg = Scope("ep:a", tpm=10_000, max_concurrency=5), Scope("qg:g", tpm=100)
     assert (await state.acquire(lid(), (ep, qg), 80, 30.0)).lease is not None
     refused = await state.acquire(lid(), (ep, qg), 80, 30.0)
@@ -121,33 +115,34 @@ async def test_released_capacity_is_granted_again_exactly(state: StateBackend) -
     assert (await state.usage("ep:busy")).in_flight == 7
 
 
-async def test_concurrent_acquires_never_exceed_rpm(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_concurrent_acquires_never_exceed_rpm(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:rpm", rpm=5)
     results = await asyncio.gather(*(state.acquire(lid(), (scope,), 1, 30.0) for _ in range(60)))
     assert sum(r.lease is not None for r in results) == 5
     assert {r.refusal.limit for r in results if r.refusal is not None} == {"rpm"}
 
 
-async def test_lease_expires_after_ttl_so_a_crashed_holders_capacity_returns(state: StateBackend) -> None:
+async def test_lease_expires_after_ttl_so_a_crashed_holders_capacity_returns(
+        state: StateBackend, state_time: StateTime) -> None:
     scope = Scope("ep:a", max_concurrency=1)
     crashed = await state.acquire(lid(), (scope,), 1, 0.3)  # the holder never releases
     assert crashed.lease is not None
     blocked = await state.acquire(lid(), (scope,), 1, 0.3)
     assert blocked.refusal is not None and blocked.refusal.limit == "concurrency"
-    await asyncio.sleep(0.4)
+    await state_time.elapse(0.4)
     assert (await state.usage("ep:a")).in_flight == 0
     assert (await state.acquire(lid(), (scope,), 1, 30.0)).lease is not None
 
 
-async def test_rpm_refuses_the_request_over_the_limit_and_names_rpm(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_rpm_refuses_the_request_over_the_limit_and_names_rpm(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:a", rpm=3)
     for _ in range(3):
         result = await state.acquire(lid(), (scope,), 1, 30.0)
         assert result.lease is not None
         await state.release(result.lease)  # releasing does not give a request back
-    now = time.time()
+    now = state_time.now()
     refused = await state.acquire(lid(), (scope,), 1, 30.0)
     assert refused.lease is None and refused.refusal is not None
     assert (refused.refusal.scope, refused.refusal.limit) == ("ep:a", "rpm")
@@ -157,8 +152,8 @@ async def test_rpm_refuses_the_request_over_the_limit_and_names_rpm(state: State
     assert (await state.usage("ep:a")).rpm_used == 3
 
 
-async def test_tpm_reserves_the_estimate_and_refunds_on_release(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_tpm_reserves_the_estimate_and_refunds_on_release(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:a", tpm=100)
     a = await state.acquire(lid(), (scope,), 40, 30.0)
     b = await state.acquire(lid(), (scope,), 40, 30.0)
@@ -173,8 +168,9 @@ async def test_tpm_reserves_the_estimate_and_refunds_on_release(state: StateBack
     assert (await state.usage("ep:a")).tpm_used == 90
 
 
-async def test_tpm_release_with_more_than_estimated_charges_the_difference(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_tpm_release_with_more_than_estimated_charges_the_difference(
+        state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:a", tpm=1000)
     lease = (await state.acquire(lid(), (scope,), 40, 30.0)).lease
     assert lease is not None
@@ -182,8 +178,8 @@ async def test_tpm_release_with_more_than_estimated_charges_the_difference(state
     assert (await state.usage("ep:a")).tpm_used == 70
 
 
-async def test_tpm_release_without_actual_keeps_the_reservation(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_tpm_release_without_actual_keeps_the_reservation(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:a", tpm=1000)
     lease = (await state.acquire(lid(), (scope,), 40, 30.0)).lease
     assert lease is not None
@@ -191,8 +187,8 @@ async def test_tpm_release_without_actual_keeps_the_reservation(state: StateBack
     assert (await state.usage("ep:a")).tpm_used == 40
 
 
-async def test_tpm_correction_never_goes_below_zero(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_tpm_correction_never_goes_below_zero(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:a", tpm=1000)
     real = (await state.acquire(lid(), (scope,), 30, 30.0)).lease
     assert real is not None
@@ -229,11 +225,11 @@ async def test_cooldown_refusal_names_the_key_that_is_cooling(state: StateBacken
     assert 4.5 < refused.refusal.retry_after_s <= 5.0
 
 
-async def test_cooldown_ends_by_itself(state: StateBackend) -> None:
+async def test_cooldown_ends_by_itself(state: StateBackend, state_time: StateTime) -> None:
     scope = Scope("ep:a", max_concurrency=1)
     await state.set_cooldown("ep:a", 0.2)
     assert (await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:a",))).refusal is not None
-    await asyncio.sleep(0.3)
+    await state_time.elapse(0.3)
     assert (await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:a",))).lease is not None
 
 
@@ -243,8 +239,8 @@ async def test_cooldown_key_only_affects_callers_that_name_it(state: StateBacken
     assert (await state.acquire(lid(), (scope,), 1, 30.0, cooldown_keys=("ep:b",))).lease is not None
 
 
-async def test_usage_reports_in_flight_rpm_and_tpm(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_usage_reports_in_flight_rpm_and_tpm(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:a", max_concurrency=10, rpm=100, tpm=10_000)
     leases = []
     for tokens in (10, 20, 30):
@@ -260,8 +256,8 @@ async def test_usage_reports_in_flight_rpm_and_tpm(state: StateBackend) -> None:
     assert (empty.in_flight, empty.rpm_used, empty.tpm_used, empty.cooldown_s) == (0, 0, 0, 0)
 
 
-async def test_release_is_idempotent(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_release_is_idempotent(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:a", max_concurrency=5, tpm=1000)
     a = (await state.acquire(lid(), (scope,), 50, 30.0)).lease
     b = (await state.acquire(lid(), (scope,), 50, 30.0)).lease
@@ -334,17 +330,17 @@ async def test_a_budget_reservation_is_settled_exactly_once(state: StateBackend)
     assert await state.counters(("b:settle-once",)) == (100,)
 
 
-async def test_a_reservation_that_outlives_its_ttl_stays_spent(state: StateBackend) -> None:
+async def test_a_reservation_that_outlives_its_ttl_stays_spent(state: StateBackend, state_time: StateTime) -> None:
     budget = BudgetCharge("b:expired", limit=1000, amount=300)
     got = await state.acquire(lid(), (), 10, 0.3, budgets=(budget,))
     assert got.lease is not None
-    await asyncio.sleep(0.5)
+    await state_time.elapse(0.5)
     assert await state.release_and_settle(got.lease, 10, (300,)) is False
     assert await state.counters(("b:expired",)) == (300,)
 
 
-async def test_a_budget_without_room_refuses_and_takes_nothing(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_a_budget_without_room_refuses_and_takes_nothing(state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     scope = Scope("ep:budget-refusal", max_concurrency=5, rpm=100)
     first = await state.acquire(lid(), (scope,), 1, 30.0, budgets=(BudgetCharge("b:tight", 500, 400),))
     assert first.lease is not None
@@ -355,25 +351,26 @@ async def test_a_budget_without_room_refuses_and_takes_nothing(state: StateBacke
     assert (usage.in_flight, usage.rpm_used) == (1, 1)
 
 
-async def test_renew_keeps_a_live_lease_and_its_reservation_past_their_ttl(state: StateBackend) -> None:
+async def test_renew_keeps_a_live_lease_and_its_reservation_past_their_ttl(
+        state: StateBackend, state_time: StateTime) -> None:
     scope = Scope("ep:renew", max_concurrency=1)
     budget = BudgetCharge("b:renew", limit=1000, amount=300)
     held = await state.acquire(lid(), (scope,), 1, 0.5, budgets=(budget,))
     assert held.lease is not None
-    await asyncio.sleep(0.3)
+    await state_time.elapse(0.3)
     await state.renew((held.lease,), 1.0)
-    await asyncio.sleep(0.4)  # past the first TTL, within the renewed one
+    await state_time.elapse(0.4)  # past the first TTL, within the renewed one
     assert (await state.acquire(lid(), (scope,), 1, 30.0)).refusal is not None
     assert await state.release_and_settle(held.lease, 1, (300,)) is True  # the reservation was renewed too
     assert await state.counters(("b:renew",)) == (0,)
     assert (await state.acquire(lid(), (scope,), 1, 30.0)).lease is not None
 
 
-async def test_renew_does_not_bring_back_an_expired_lease(state: StateBackend) -> None:
+async def test_renew_does_not_bring_back_an_expired_lease(state: StateBackend, state_time: StateTime) -> None:
     scope = Scope("ep:renew-late", max_concurrency=1)
     held = await state.acquire(lid(), (scope,), 1, 0.2)
     assert held.lease is not None
-    await asyncio.sleep(0.4)
+    await state_time.elapse(0.4)
     await state.renew((held.lease,), 30.0)
     assert (await state.acquire(lid(), (scope,), 1, 30.0)).lease is not None
 
@@ -462,8 +459,9 @@ async def test_daily_tokens_reset_at_midnight_in_the_configured_zone(kind: str, 
         await state.close()
 
 
-async def test_daily_refusal_on_the_quota_group_takes_nothing_elsewhere(state: StateBackend) -> None:
-    await away_from_minute_edge()
+async def test_daily_refusal_on_the_quota_group_takes_nothing_elsewhere(
+        state: StateBackend, state_time: StateTime) -> None:
+    await state_time.away_from_minute_edge()
     ep, qg = Scope("ep:a", max_concurrency=5, tpm=1000), Scope("qg:g", daily_tokens=10)
     refused = await state.acquire(lid(), (ep, qg), 20, 30.0)
     assert refused.refusal is not None and refused.refusal.scope == "qg:g"

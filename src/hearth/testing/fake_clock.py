@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import threading
+import time
 
 
 class FakeClock:
     """Wall-clock seconds that start at ``start`` and change only by :meth:`advance` or :meth:`set`.
 
-    The default start is the beginning of a minute (far from a window edge) in 2026, so per-minute
-    windows and day boundaries are where a test expects them. Safe to advance from a test's thread
-    while a server thread reads it."""
+    The default start is the beginning of the current minute: a per-minute window then has a whole
+    minute to go, and the fake time is never ahead of the real one (deadlines that code under test
+    computes from ``time.time()`` stay in the future). Safe to advance from a test's thread while a
+    server thread reads it."""
 
-    def __init__(self, start: float = 1_780_000_020.0) -> None:
-        self._now = start
+    def __init__(self, start: float | None = None) -> None:
+        self._now = start if start is not None else float(int(time.time()) // 60 * 60)
         self._lock = threading.Lock()
 
     def now(self) -> float:
