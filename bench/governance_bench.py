@@ -806,6 +806,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         "governance_added_p50_ms_redis": sub(p50["gov-redis"], p50["plain-redis"]),
         "gov_memory_pct_of_plain_memory": pct(rps["gov-memory"], rps["plain-memory"]),
         "gov_redis_pct_of_plain_memory": pct(rps["gov-redis"], rps["plain-memory"]),
+        "gov_redis_pct_of_plain_redis": pct(rps["gov-redis"], rps["plain-redis"]),
         "plain_redis_pct_of_plain_memory": pct(rps["plain-redis"], rps["plain-memory"]),
         "gov_memory_pct_of_gateway_figure": pct(rps["gov-memory"], gw),
         "gov_redis_pct_of_gateway_figure": pct(rps["gov-redis"], gw),
@@ -819,6 +820,15 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         return "met" if ok(value) else "MISSED"
 
     s["targets"] = {
+        "issue7_memory_pct_of_plain": {"value": derived["gov_memory_pct_of_plain_memory"],
+                                       "status": check(derived["gov_memory_pct_of_plain_memory"], lambda v: v >= 70)},
+        "issue7_redis_pct_of_plain": {"value": derived["gov_redis_pct_of_plain_redis"],
+                                      "status": check(derived["gov_redis_pct_of_plain_redis"], lambda v: v >= 70)},
+        "issue7_memory_added_p50_ms": {"value": derived["governance_added_p50_ms_memory"],
+                                       "status": check(derived["governance_added_p50_ms_memory"],
+                                                       lambda v: v <= 1.5)},
+        "issue7_redis_added_p50_ms": {"value": derived["governance_added_p50_ms_redis"],
+                                      "status": check(derived["governance_added_p50_ms_redis"], lambda v: v <= 1.5)},
         "redis_added_p50_ms": {"value": derived["redis_added_p50_ms_governance"],
                                "status": check(derived["redis_added_p50_ms_governance"], lambda v: v <= 1.0)},
         "gov_redis_pct_of_plain_memory": {"value": derived["gov_redis_pct_of_plain_memory"],
@@ -886,6 +896,17 @@ def markdown(results: dict[str, Any]) -> str:
               if gw.get("rps") else gw["source"])
     t = s["targets"]
     out += [
+        "| target (issue 7: a budgeted, signed, limited call vs plain, same backend) | goal | measured | status |",
+        "|---|---|---:|---|",
+        f"| memory: governed c=64 req/s ÷ plain-memory | ≥ 70 % | {fmt(d['gov_memory_pct_of_plain_memory'], 1)} % "
+        f"| **{t['issue7_memory_pct_of_plain']['status']}** |",
+        f"| Redis: governed c=64 req/s ÷ plain-Redis | ≥ 70 % | {fmt(d['gov_redis_pct_of_plain_redis'], 1)} % "
+        f"| **{t['issue7_redis_pct_of_plain']['status']}** |",
+        f"| memory: added p50 at c=1 (gov-memory − plain-memory) | ≤ 1.5 ms | "
+        f"{fmt(d['governance_added_p50_ms_memory'], 3)} ms | **{t['issue7_memory_added_p50_ms']['status']}** |",
+        f"| Redis: added p50 at c=1 (gov-redis − plain-redis) | ≤ 1.5 ms | "
+        f"{fmt(d['governance_added_p50_ms_redis'], 3)} ms | **{t['issue7_redis_added_p50_ms']['status']}** |",
+        "",
         "| target (issue 3) | goal | measured | status |",
         "|---|---|---:|---|",
         f"| Redis-backed admission adds, p50 at c=1 (gov-redis − gov-memory) | ≤ 1 ms | "
