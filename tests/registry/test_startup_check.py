@@ -89,7 +89,7 @@ async def test_by_default_an_empty_registry_starts_with_a_warning(tmp_path, data
     try:
         warnings = [r for r in caplog.records if r.getMessage() == "registry_not_serviceable"]
         assert len(warnings) == 1
-        fields = warnings[0].hearth_fields  # type: ignore[attr-defined]
+        fields = warnings[0].hearth_fields
         assert fields["problems"] == ["no enabled provider", "no enabled model"]
         assert "HEARTH_REGISTRY_STRICT" in fields["hint"]
     finally:
