@@ -18,13 +18,13 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("endpoints") as batch:
-        batch.add_column(sa.Column("first_token_timeout_s", sa.Float, nullable=True))
-        batch.add_column(sa.Column("stream_idle_timeout_s", sa.Float, nullable=True))
-    with op.batch_alter_table("providers") as batch:
-        batch.add_column(sa.Column("forward_headers", sa.JSON, nullable=False, server_default="[]"))
-        batch.add_column(sa.Column("relay_ratelimit_headers", sa.Boolean, nullable=False,
-                                   server_default=sa.false()))
+    # Plain ADD COLUMNs, on SQLite too: a batch operation there may rebuild the table, and rebuilding
+    # ``providers`` (which endpoints reference) fails under PRAGMA foreign_keys=ON once it has rows.
+    op.add_column("endpoints", sa.Column("first_token_timeout_s", sa.Float, nullable=True))
+    op.add_column("endpoints", sa.Column("stream_idle_timeout_s", sa.Float, nullable=True))
+    op.add_column("providers", sa.Column("forward_headers", sa.JSON, nullable=False, server_default="[]"))
+    op.add_column("providers", sa.Column("relay_ratelimit_headers", sa.Boolean, nullable=False,
+                                         server_default=sa.false()))
 
 
 def downgrade() -> None:
