@@ -19,10 +19,15 @@ serve: $(STAMP)
 	$(BIN)/hearth migrate
 	$(BIN)/hearth serve
 
+# pytest in two parts: everything but tests/e2e/ on two workers (xdist), then the `serial` tests
+# (real processes, timing during faults) alone; coverage of src/hearth is collected across both and
+# reported at the end (the e2e tests' Hearth processes are not measured, only the test process).
+PYTEST_COV := --cov=hearth --cov-branch
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 -m "not serial" $(PYTEST_COV) --cov-report=
+	$(BIN)/pytest -q -m serial $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -34,4 +39,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/gateway_bench.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*

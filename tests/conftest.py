@@ -30,6 +30,19 @@ from hearth.testing.fake_upstream import FakeUpstream
 from hearth.testing.server_thread import HearthServerThread
 from tests.support import IN_CI, MASTER_KEY, PG_ADMIN_DSN, REDIS_URL, StateTime, write_config
 
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/e2e/ is ``serial``: real Hearth processes and private redis-servers whose
+    checks (answers within seconds during a fault) should not share the CPU with a parallel worker.
+    ``make test`` runs ``-m "not serial"`` on two workers, then ``-m serial`` alone."""
+    for item in items:
+        if E2E in item.path.parents:
+            item.add_marker(pytest.mark.serial)
+
+
 # Tests configure Hearth explicitly; settings from the developer's shell (or `make`) must not leak in.
 for _name in [n for n in os.environ if n.startswith("HEARTH_") and not n.startswith("HEARTH_TEST_")]:
     del os.environ[_name]

@@ -9,6 +9,7 @@ fixtures in ``tests/conftest.py``, which pytest provides without an import.
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -75,3 +76,10 @@ def test_the_check_sees_each_form_of_import() -> None:
             "tests.gateway.test_scenes"} <= targets
     assert not _is_test_module("tests.support") and not _is_test_module("tests.e2e.processes")
 
+
+def test_pytest_runs_strict() -> None:
+    """Warnings are errors, an xfail that passes fails, and an unregistered marker is an error."""
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"]
+    assert options["filterwarnings"][0] == "error"
+    assert options["xfail_strict"] is True
+    assert "--strict-markers" in options["addopts"].split()
