@@ -67,6 +67,15 @@ async def _disable_as_the_gateway_does(database_url: str, name: str) -> None:
         await engine.dispose()
 
 
+def test_apply_warns_when_the_registry_cannot_serve_any_call(tmp_path: Path) -> None:
+    path = tmp_path / "reg.yaml"
+    path.write_text(yaml.safe_dump({**REGISTRY, "endpoints": [{**REGISTRY["endpoints"][0], "enabled": False}]}))
+    out = _hearth(["apply", str(path)], tmp_path)
+    assert out.returncode == 0 and "created:" in out.stdout  # applied all the same
+    assert "warning: the registry cannot serve any call: no enabled model has an enabled endpoint" in out.stderr
+    assert "warning" not in out.stdout  # stdout stays the report, the warning is on stderr
+
+
 def test_apply_refuses_a_file_with_a_dangling_reference(tmp_path: Path) -> None:
     bad = {**REGISTRY, "models": [{"name": "m", "endpoints": ["nope"]}]}
     path = tmp_path / "bad.yaml"

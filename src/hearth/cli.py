@@ -96,7 +96,8 @@ def apply_file(file: Path) -> None:
     from hearth.errors import HearthError
     from hearth.registry.config import RegistrySpec
     from hearth.registry.key_vault import KeyVault, load_master_key
-    from hearth.registry.store import apply_registry
+    from hearth.registry.serviceable import serviceability_problems
+    from hearth.registry.store import apply_registry, load_registry
     from hearth.settings import read_config_file
     from hearth.store.db import create_engine
     from hearth.store.db import migrate as run_migrations
@@ -114,6 +115,7 @@ def apply_file(file: Path) -> None:
             await run_migrations(engine)
             vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
             report = await apply_registry(engine, spec, vault)
+            problems = serviceability_problems(await load_registry(engine, vault))
         finally:
             await engine.dispose()
         if report.changed:
@@ -126,6 +128,8 @@ def apply_file(file: Path) -> None:
                        f"POST /api/v1/admin/endpoints/{name}/enable or give it a new api_key")
         if report.re_enabled:
             typer.echo(f"re-enabled (new api_key): {', '.join(report.re_enabled)}")
+        if problems:  # applied all the same: the registry may be filled in several files
+            typer.echo(f"warning: the registry cannot serve any call: {'; '.join(problems)}", err=True)
 
     try:
         asyncio.run(_run())
