@@ -18,7 +18,7 @@ from hearth import __version__
 from hearth.api import admin, budgets, callers_admin, health, openai, request_logs
 from hearth.api.error_handlers import install_error_handlers
 from hearth.api.hot_path import HotPathApp
-from hearth.observability.logging import get_logger
+from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
 from hearth.runtime import start_runtime
 from hearth.settings import Settings, load_settings
@@ -86,7 +86,13 @@ def create_asgi(settings: Settings | None = None) -> RequestIdMiddleware:
     (inside the request ids, so a refused preflight has one as well). Browsers send the API key as
     ``Authorization``, not as a cookie, so credentials mode is not enabled.
     """
-    resolved = settings or load_settings()
+    resolved = settings
+    if resolved is None:
+        # uvicorn's factory path (HEARTH_WORKERS > 1): each worker is a fresh (spawned) interpreter, so
+        # the logging `hearth serve` configured in the parent is not there; without this the workers
+        # would ignore HEARTH_LOG_LEVEL and log plain text.
+        resolved = load_settings()
+        configure_logging(resolved.log_level)
     inner: ASGIApp = HotPathApp(create_app(resolved))
     if resolved.cors_origins:
         inner = CORSMiddleware(inner, allow_origins=resolved.cors_origins, allow_methods=["*"], allow_headers=["*"],

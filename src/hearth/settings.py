@@ -17,7 +17,9 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HEARTH_", extra="ignore")
+    # ``forbid``: a misspelt key in the file's ``server:`` section is refused at start, never ignored
+    # (environment variables are matched by name, so an unknown HEARTH_* variable is simply not read).
+    model_config = SettingsConfigDict(env_prefix="HEARTH_", extra="forbid")
 
     config: Path | None = Field(default=None, description="YAML file with `server:` settings and the registry")
     host: str = "127.0.0.1"

@@ -81,7 +81,7 @@ async def upsert_entry(kind: str, name: str, request: Request) -> Response:
     body[key_field] = name
     try:
         spec = spec_cls.model_validate(body)
-        registry_spec = RegistrySpec(**{table: [spec]})
+        registry_spec = RegistrySpec.model_validate({table: [spec]})
     except ValidationError as exc:
         problems = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
         param = ".".join(map(str, problems[0]["loc"])) if problems else None

@@ -7,7 +7,8 @@ Names (and references to names) follow one rule, :mod:`hearth.registry.names`.
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,11 +23,44 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Client request headers never forwarded upstream, even when a provider lists them: credentials and
+# cookies (the caller's, not the upstream's), hop-by-hop headers (RFC 9110 §7.6.1), Hearth's own
+# x-hearth-* headers, and those Hearth sets itself for the upstream request.
+NEVER_FORWARDED = frozenset({
+    "authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key",
+    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+    "host", "content-length", "content-type", "content-encoding", "accept", "accept-encoding",
+    "anthropic-version", "x-request-id",
+})
+_HEADER_NAME = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]{1,128}$")  # an RFC 9110 token, lower-cased
+
+
 class ProviderSpec(_Strict):
     name: RegistryName
     kind: ProviderKind
     base_url: str | None = None
     enabled: bool = True
+    forward_headers: list[str] = Field(
+        default_factory=list, description="client request headers sent on to this provider's upstreams "
+        "(an allowlist, empty by default); credentials, cookies, hop-by-hop and x-hearth-* headers are refused")
+    relay_ratelimit_headers: bool = Field(
+        default=False, description="relay the upstream's `x-ratelimit-*` response headers to the caller "
+        "(non-stream answers and streams)")
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _forwardable(cls, names: list[str]) -> list[str]:
+        out: list[str] = []
+        for raw in names:
+            name = raw.strip().lower()
+            if not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"forward_headers: {raw!r} is not a header name")
+            if name in NEVER_FORWARDED or name.startswith(("x-hearth-", "sec-", "proxy-")):
+                raise ValueError(f"forward_headers: {name!r} is never forwarded upstream (a credential, a "
+                                 "cookie, a hop-by-hop header, Hearth's own, or one Hearth sets itself)")
+            if name not in out:
+                out.append(name)
+        return out
 
 
 class QuotaGroupSpec(_Strict):
@@ -47,7 +81,6 @@ class EndpointSpec(_Strict):
     upstream_model: ExternalName
     base_url: str | None = None
     api_key: str | None = Field(default=None, repr=False)
-    key_version: int = Field(default=1, ge=1)
     quota_group: RegistryName | None = None
     max_concurrency: int = Field(default=0, ge=0)
     rpm: int = Field(default=0, ge=0)
@@ -181,9 +214,11 @@ class BudgetSpec(_Strict):
         "characters per token estimate, which reserves less but can be overrun (the overrun is charged)")
 
 
-class RegistrySpec(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class RegistrySpec(_Strict):
+    """The whole file. An unknown top-level section (a typo such as ``endpiont:``) is refused, never
+    silently skipped; ``server:`` holds the process settings, read by :mod:`hearth.settings`."""
 
+    server: dict[str, Any] | None = None
     providers: list[ProviderSpec] = Field(default_factory=list)
     quota_groups: list[QuotaGroupSpec] = Field(default_factory=list)
     endpoints: list[EndpointSpec] = Field(default_factory=list)
@@ -204,4 +239,9 @@ class RegistrySpec(BaseModel):
                 if item.name in seen:
                     raise ValueError(f"duplicate {label} name {item.name!r}")
                 seen.add(item.name)
+        currencies = sorted({p.currency for p in self.prices})
+        if len(currencies) > 1:
+            # money budgets add up the costs of every call whatever its price's currency
+            raise ValueError(f"prices use more than one currency ({', '.join(currencies)}): money budgets "
+                             "would add them up; use one currency for every price")
         return self
