@@ -128,7 +128,8 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault,
             await conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _APPLY_LOCK_ID})
         for p in spec.providers:
             await _upsert(conn, providers, {"name": p.name},
-                          {"kind": p.kind, "base_url": p.base_url, "enabled": p.enabled},
+                          {"kind": p.kind, "base_url": p.base_url, "enabled": p.enabled,
+                           "forward_headers": p.forward_headers, "relay_ratelimit_headers": p.relay_ratelimit_headers},
                           f"provider:{p.name}", report)
         for q in spec.quota_groups:
             await _upsert(conn, quota_groups, {"name": q.name},
@@ -341,7 +342,8 @@ async def _load(conn: AsyncConnection, vault: KeyVault) -> Registry:
             priority=r["priority"], timeout_s=r["timeout_s"], capabilities=frozenset(r["capabilities"]),
             enabled=enabled, disabled_reason=reason, disabled_by=disabled_by,
             max_tokens_field=r["max_tokens_field"], first_token_timeout_s=r["first_token_timeout_s"],
-            stream_idle_timeout_s=r["stream_idle_timeout_s"])
+            stream_idle_timeout_s=r["stream_idle_timeout_s"], forward_headers=tuple(p["forward_headers"]),
+            relay_ratelimit_headers=bool(p["relay_ratelimit_headers"]))
     pools: dict[str, list[Endpoint]] = {}
     for r in (await conn.execute(select(model_pool_members).order_by(
             model_pool_members.c.model, model_pool_members.c.endpoint))).mappings():
