@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 
 from hearth.errors import HearthError
+from hearth.gateway.admission import first_choice
 from hearth.gateway.endpoint_capabilities import capable_models, required_capabilities
 from hearth.gateway.health import HealthBook
 from hearth.gateway.router import order_candidates
 from hearth.registry.snapshot import Endpoint, Model
+from hearth.testing.fake_clock import FakeClock
 
 NOW = 1_780_000_000.0
 
@@ -134,3 +136,17 @@ def test_nothing_capable_is_unsupported_feature_naming_what_is_missing() -> None
     with pytest.raises(HearthError) as together:
         capable_models([model], frozenset({"chat", "streaming", "tools"}))
     assert "streaming and tools together" in together.value.message
+
+
+def test_the_first_choice_is_judged_at_the_time_of_the_health_books_clock() -> None:
+    clock = FakeClock(NOW)
+    health = HealthBook(failure_threshold=1, open_s=30, clock=clock)
+    model = Model("m", "chat", (ep("a"), ep("b", priority=1)))
+    health.cool_down("a", NOW + 10)
+    assert first_choice(model, health, random.Random(0)) == model.endpoints[1]
+    clock.advance(10.5)  # the cooldown is over by the book's clock: no real second passed
+    assert first_choice(model, health, random.Random(0)) == model.endpoints[0]
+    health.failed("a", clock.now())  # open for 30 s
+    assert first_choice(model, health, random.Random(0)) == model.endpoints[1]
+    clock.advance(31)  # half-open: a probe is due, which is not routine, so no pre-admitted first choice
+    assert first_choice(model, health, random.Random(0)) is None

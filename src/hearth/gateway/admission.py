@@ -43,12 +43,13 @@ class Admitted:
 
 
 def first_choice(model: Model, health: HealthBook, rng: random.Random) -> Endpoint | None:
-    """The endpoint a first attempt at ``model`` would take, when that is routine (breaker closed).
+    """The endpoint a first attempt at ``model`` would take, when that is routine (breaker closed), at
+    the time of ``health``'s clock.
 
     Governed calls admit it in the same state-backend step as the caller's limits and budgets, so
     the common case costs one round trip instead of two; anything unusual (cooldown, a half-open
     probe, a full endpoint) goes the ordinary way through :func:`admit`."""
-    now = time.time()
+    now = health.clock.now()
     choices = order_candidates(model.endpoints, health, now, set(), rng)
     return choices[0] if choices and health.closed(choices[0].name, now) else None
 
@@ -59,7 +60,7 @@ async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, .
     """Lease one endpoint from ``candidates()`` (re-evaluated after each wait), in its order."""
     give_up = min(deadline, time.monotonic() + wait_s)
     while True:
-        now = time.time()
+        now = health.clock.now()
         choices = candidates()
         if not choices:
             raise _nothing_routable(pool, health, now)

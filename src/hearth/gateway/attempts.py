@@ -88,7 +88,8 @@ async def run_attempts(call: Call, policy: AttemptPolicy, model: Model, op: Op[T
         pre = call.grant.take_preadmitted(model) if call.grant is not None else None
         try:
             adm = pre or await admit(state, health, model.endpoints,
-                                     lambda: order_candidates(model.endpoints, health, time.time(), tried, policy.rng),
+                                     lambda: order_candidates(model.endpoints, health, health.clock.now(), tried,
+                                                              policy.rng),
                                      policy.tokens, ctx.deadline, policy.admission_wait_s,
                                      call.deps.limits.lease_ttl_s)
         except HearthError:
@@ -107,16 +108,16 @@ async def run_attempts(call: Call, policy: AttemptPolicy, model: Model, op: Op[T
                 raise
             last = exc
         except UpstreamNetworkError as exc:
-            if health.failed(ep.name, time.time()):
+            if health.failed(ep.name, health.clock.now()):
                 log.warning("circuit_opened", endpoint=ep.name, reason=str(exc))
             await call.attempt_ended(verdict_given=True, failure=exc)
             last = exc
-    raise final_error(last, health, model.endpoints, time.time())
+    raise final_error(last, health, model.endpoints, health.clock.now())
 
 
 async def _retryable_http(call: Call, policy: AttemptPolicy, ep: Endpoint, exc: UpstreamHTTPError) -> bool:
     health = call.deps.health
-    now = time.time()
+    now = health.clock.now()
     if exc.status == 429:
         seconds = exc.retry_after if exc.retry_after is not None else policy.rng.uniform(30, 120)
         health.cool_down(ep.name, now + seconds)
