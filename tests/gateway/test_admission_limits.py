@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.support import AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
 def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:
@@ -127,9 +127,11 @@ async def test_quota_group_daily_tokens_settle_actual_usage_and_refuse_until_mid
     server = hearth_server(registry, **settings)
     # each call is admitted on its estimate (prompt + max_tokens 100, ~110) and settled with the ~10 tokens
     # the upstream reports: five of them fit in 300 only because the estimates are corrected
+    used = 0
     for _ in range(5):
         r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=100), headers=AUTH)
         assert r.status_code == 200, r.text
+        used += r.json()["usage"]["total_tokens"]
     started = time.monotonic()
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=400), headers=AUTH)
     assert r.status_code == 429, r.text
@@ -140,3 +142,6 @@ async def test_quota_group_daily_tokens_settle_actual_usage_and_refuse_until_mid
     assert abs(int(r.headers["retry-after"]) - _seconds_to_midnight("Asia/Kolkata")) <= 2
     assert r.headers["x-should-retry"] == "true"
     assert fake.stats.requests == 5
+    status = (await http.get(server.base_url + "/api/v1/admin/endpoints/a/status", headers=ADMIN)).json()["data"]
+    group = status["scopes"]["qg:acct"]
+    assert group["daily_tokens"] == 300 and group["daily_tokens_used"] == used < 300  # the actual usage, settled

@@ -431,7 +431,9 @@ async def test_daily_tokens_settle_the_actual_usage_like_tpm(kind: str, request:
         scope = Scope("qg:acct", daily_tokens=100)
         first = (await state.acquire(lid(), (scope,), 60, 30.0)).lease
         assert first is not None
+        assert (await state.usage("qg:acct")).daily_tokens_used == 60
         await state.release(first, actual_tokens=10)  # estimated 60, used 10: 50 come back
+        assert (await state.usage("qg:acct")).daily_tokens_used == 10
         assert (await state.acquire(lid(), (scope,), 85, 30.0)).lease is not None
         over = await state.acquire(lid(), (scope,), 10, 30.0)
         assert over.refusal is not None and over.refusal.limit == "daily_tokens"

@@ -138,6 +138,7 @@ async def endpoint_status(name: str, request: Request) -> Response:
             u = await rt.state.usage(s.key)
             scopes[s.key] = {"in_flight": u.in_flight, "max_concurrency": s.max_concurrency,
                              "rpm_used": u.rpm_used, "rpm": s.rpm, "tpm_used": u.tpm_used, "tpm": s.tpm,
+                             "daily_tokens_used": u.daily_tokens_used, "daily_tokens": s.daily_tokens,
                              "cooldown_s": round(u.cooldown_s, 3)}
     except StateUnavailable as exc:
         raise HearthError("state_backend_unavailable", retry_after=2) from exc

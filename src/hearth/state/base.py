@@ -129,6 +129,7 @@ class ScopeUsage:
     rpm_used: int = 0
     tpm_used: int = 0
     cooldown_s: float = 0.0
+    daily_tokens_used: int = 0  # in the current quota day
     extra: dict[str, float] = field(default_factory=dict)
 
 

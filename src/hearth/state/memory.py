@@ -281,7 +281,8 @@ class MemoryState:
         window = minute_window(now)
         until = self._cooldowns.get(scope_key, 0.0)
         return ScopeUsage(in_flight=len(self._expire(scope_key, now)), rpm_used=self._rpm.get((scope_key, window), 0),
-                          tpm_used=self._tpm.get((scope_key, window), 0), cooldown_s=max(0.0, until - now))
+                          tpm_used=self._tpm.get((scope_key, window), 0), cooldown_s=max(0.0, until - now),
+                          daily_tokens_used=self._daily.get((scope_key, self._quota_day.end(now)), 0))
 
     async def sync_clock(self) -> None:
         return None

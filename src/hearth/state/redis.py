@@ -260,15 +260,17 @@ class RedisState:
             seconds, micros = await self._redis.execute("TIME")
             now = int(seconds) + int(micros) / 1e6
             window = minute_window(now)
-            zc, rpm, tpm, cd = await self._redis.execute_many(
+            day = self._quota_day.end(self._clock.now() + self.clock_offset_s)  # as acquire names it
+            zc, rpm, tpm, cd, daily = await self._redis.execute_many(
                 ("ZCOUNT", self._k.concurrency(scope_key), now * 1000, "+inf"),
                 ("GET", self._k.rpm(scope_key, window)),
                 ("GET", self._k.tpm(scope_key, window)),
-                ("PTTL", self._k.cooldown(scope_key)))
+                ("PTTL", self._k.cooldown(scope_key)),
+                ("GET", self._k.day(scope_key, day)))
         except _FAULTS as exc:
             raise StateUnavailable(str(exc)) from exc
         return ScopeUsage(in_flight=int(zc), rpm_used=int(rpm or 0), tpm_used=int(tpm or 0),
-                          cooldown_s=max(0, int(cd)) / 1000)
+                          cooldown_s=max(0, int(cd)) / 1000, daily_tokens_used=int(daily or 0))
 
     async def ping(self) -> None:
         try:
