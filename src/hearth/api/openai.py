@@ -40,6 +40,7 @@ from hearth.errors import HearthError
 from hearth.gateway.context import CallContext
 from hearth.gateway.model_name import shown_model
 from hearth.gateway.scenes import caller_may_see
+from hearth.providers.base import HeaderExchange
 from hearth.registry.snapshot import Caller, Registry
 from hearth.wire.model_name import public_model_body
 
@@ -57,7 +58,7 @@ def _context(request: Request, caller: Caller, body: dict[str, Any], route: str,
                        end_user=_end_user(request, body), tenant=tenant[:256] if tenant else None,
                        client_ip=client_ip(request), requested_scene=request.headers.get("x-hearth-scene"),
                        pending_nonce=nonce, timeout_s=caller_timeout_s(request.headers),
-                       max_attempts=caller_max_attempts(request.headers))
+                       max_attempts=caller_max_attempts(request.headers), headers=HeaderExchange(request.headers))
 
 
 @router.post("/chat/completions", summary="Create a chat completion (stream or not)",
@@ -84,6 +85,8 @@ def _call_headers(ctx: CallContext) -> dict[str, str]:
                "x-hearth-model": ctx.model or "", "x-hearth-upstream-model": ep.upstream_model if ep else ""}
     if ctx.budget_left:
         headers.update(budget_headers(ctx.budget_left))
+    if ctx.headers is not None and ctx.headers.relayed:  # the upstream's x-ratelimit-*, if its provider relays them
+        headers.update(ctx.headers.relayed)
     return headers
 
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from hearth.gateway.budget import Applicable
+from hearth.providers.base import HeaderExchange
 from hearth.registry.snapshot import Caller, Endpoint
 
 
@@ -54,6 +55,7 @@ class CallContext:
     timeout_s: float | None = None  # the caller's own deadline: narrows the server's, never widens it
     max_attempts: int | None = None  # the caller's own attempt budget: likewise
     budget_left: list[tuple[Applicable, int]] = field(default_factory=list)  # after settlement (or reservation)
+    headers: HeaderExchange | None = None  # client headers forwarded upstream, upstream headers relayed back
 
     @property
     def caller_name(self) -> str | None:

@@ -87,7 +87,7 @@ class Gateway:
             estimate = estimate_messages(body.get("messages"))
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
-                return await self.providers[ep.kind].chat(ep, body, timeout_s)
+                return await self.providers[ep.kind].chat(ep, body, timeout_s, headers=ctx.headers)
 
             reply = await self._run(call, route, models, estimate, self._bound(body), op)
             await self._succeed(call, reply, estimate)
@@ -101,7 +101,7 @@ class Gateway:
             estimate = estimate_messages([{"content": inputs if isinstance(inputs, str) else str(inputs)}])
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
-                return await self.providers[ep.kind].embeddings(ep, body, timeout_s)
+                return await self.providers[ep.kind].embeddings(ep, body, timeout_s, headers=ctx.headers)
 
             reply = await self._run(call, route, models, estimate, self._bound(body), op, completion=0)
             await self._succeed(call, reply, estimate)
@@ -119,7 +119,7 @@ class Gateway:
             idle_s = self.settings.stream_idle_timeout_s
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> Any:
-                return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s)
+                return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s, headers=ctx.headers)
 
             upstream = await self._run(call, route, models, estimate, self._bound(body), op)
         except BaseException as exc:

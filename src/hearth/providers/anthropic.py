@@ -21,8 +21,8 @@ from hearth.providers.anthropic_format import (
     chat_to_messages_request,
     messages_response_to_chat,
 )
-from hearth.providers.base import UpstreamReply, Usage
-from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, stream_timeouts
+from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
+from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, exchange_headers, stream_timeouts
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
@@ -104,10 +104,12 @@ class AnthropicProvider:
         except TranslationError as exc:
             raise HearthError("unsupported_feature", str(exc)) from exc
 
-    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                   headers: HeaderExchange | None = None) -> UpstreamReply:
         payload = orjson.dumps({**self._translate(ep, body), "stream": False})
-        raw = await self._http.call(ep.base_url + "/messages", payload, self._headers(ep, False),
-                                    timeout_s=timeout_s, error_body=anthropic_error_to_openai)
+        request_headers, answered = exchange_headers(ep, self._headers(ep, False), headers)
+        raw = await self._http.call(ep.base_url + "/messages", payload, request_headers,
+                                    timeout_s=timeout_s, error_body=anthropic_error_to_openai, answered=answered)
         try:
             data = orjson.loads(raw)
             chat = messages_response_to_chat(data, ep.upstream_model)
@@ -118,17 +120,19 @@ class AnthropicProvider:
         return UpstreamReply(orjson.dumps(chat), usage)
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
-                          idle_timeout_s: float) -> AnthropicStream:
+                          idle_timeout_s: float, *, headers: HeaderExchange | None = None) -> AnthropicStream:
         first_s, idle_s = stream_timeouts(ep, first_byte_timeout_s, idle_timeout_s)
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         payload = orjson.dumps({**self._translate(ep, body), "stream": True})
+        request_headers, answered = exchange_headers(ep, self._headers(ep, True), headers)
         return await self._http.open_stream(
-            ep.base_url + "/messages", payload, self._headers(ep, True),
-            first_event_timeout_s=first_s, idle_timeout_s=idle_s,
-            error_body=anthropic_error_to_openai,
+            ep.base_url + "/messages", payload, request_headers,
+            first_event_timeout_s=first_s, idle_timeout_s=idle_s, error_body=anthropic_error_to_openai,
+            answered=answered,
             stream=lambda reader: AnthropicStream(reader, MessagesStreamTranslator(ep.upstream_model, include_usage),
                                                   self._max_event_bytes))
 
-    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                         headers: HeaderExchange | None = None) -> UpstreamReply:
         raise HearthError("unsupported_feature", "Anthropic endpoints do not serve embeddings.")

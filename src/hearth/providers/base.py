@@ -9,8 +9,8 @@ gateway can classify them before any retry.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hearth.registry.snapshot import Endpoint
@@ -26,6 +26,39 @@ class Usage:
 class UpstreamReply:
     body: bytes  # the OpenAI-format JSON to send to the caller unchanged
     usage: Usage | None
+
+
+RATELIMIT_PREFIX = "x-ratelimit-"
+
+
+@dataclass(slots=True)
+class HeaderExchange:
+    """The headers that cross the gateway for one call, in both directions, per the endpoint's provider.
+
+    ``client`` is the caller's request headers (looked up by lower-case name); the names in the
+    provider's ``forward_headers`` (validated when the registry is applied: never credentials, cookies,
+    hop-by-hop or ``x-hearth-*``) are sent upstream, under the provider's own headers, which win.
+    ``relayed`` is what goes back to the caller: the ``x-ratelimit-*`` headers of the answer that
+    served the call, when the provider has ``relay_ratelimit_headers``; each attempt starts it afresh,
+    so a failover never shows the headers of an endpoint that did not serve the call."""
+
+    client: Mapping[str, str]
+    relayed: dict[str, str] = field(default_factory=dict)
+
+    def outgoing(self, ep: Endpoint, own: dict[str, str]) -> dict[str, str]:
+        """The request headers of one attempt: the forwarded client headers under ``own``."""
+        self.relayed = {}
+        if not ep.forward_headers:
+            return own
+        client = self.client
+        forwarded = {name: value for name in ep.forward_headers if (value := client.get(name)) is not None}
+        return {**forwarded, **own} if forwarded else own
+
+    def answered(self, ep: Endpoint, headers: Mapping[str, str]) -> None:
+        """The upstream answered with a success status: keep what the caller should see of its headers."""
+        if ep.relay_ratelimit_headers:
+            self.relayed = {name.lower(): value for name, value in headers.items()
+                            if name.lower().startswith(RATELIMIT_PREFIX)}
 
 
 class UpstreamStream(Protocol):
@@ -60,9 +93,13 @@ class UpstreamStream(Protocol):
 
 
 class Provider(Protocol):
-    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply: ...
+    """``headers`` (optional) carries the call's :class:`HeaderExchange`; providers without HTTP ignore it."""
+
+    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                   headers: HeaderExchange | None = None) -> UpstreamReply: ...
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
-                          idle_timeout_s: float) -> UpstreamStream: ...
+                          idle_timeout_s: float, *, headers: HeaderExchange | None = None) -> UpstreamStream: ...
 
-    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply: ...
+    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                         headers: HeaderExchange | None = None) -> UpstreamReply: ...

@@ -15,8 +15,8 @@ import orjson
 
 from hearth.errors import UpstreamNetworkError
 from hearth.observability.logging import scrub
-from hearth.providers.base import UpstreamReply, Usage
-from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, stream_timeouts
+from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
+from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, exchange_headers, stream_timeouts
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
@@ -152,10 +152,12 @@ class OpenAICompatProvider:
             h["Authorization"] = f"Bearer {ep.api_key}"
         return h
 
-    async def _json_call(self, path: str, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+    async def _json_call(self, path: str, ep: Endpoint, body: dict[str, Any], timeout_s: float,
+                         exchange: HeaderExchange | None) -> UpstreamReply:
         payload = orjson.dumps({**_with_output_limit_field(ep, body), "model": ep.upstream_model})
-        raw = await self._http.call(ep.base_url + path, payload, self._headers(ep), timeout_s=timeout_s,
-                                    error_body=upstream_error_body)
+        headers, answered = exchange_headers(ep, self._headers(ep), exchange)
+        raw = await self._http.call(ep.base_url + path, payload, headers, timeout_s=timeout_s,
+                                    error_body=upstream_error_body, answered=answered)
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -164,22 +166,24 @@ class OpenAICompatProvider:
             raise UpstreamNetworkError("upstream sent a malformed response")
         return UpstreamReply(body=raw, usage=_usage_of(obj))
 
-    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
-        return await self._json_call("/chat/completions", ep, body, timeout_s)
+    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                   headers: HeaderExchange | None = None) -> UpstreamReply:
+        return await self._json_call("/chat/completions", ep, body, timeout_s, headers)
 
-    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
-        return await self._json_call("/embeddings", ep, body, timeout_s)
+    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                         headers: HeaderExchange | None = None) -> UpstreamReply:
+        return await self._json_call("/embeddings", ep, body, timeout_s, headers)
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
-                          idle_timeout_s: float) -> OpenAIStream:
+                          idle_timeout_s: float, *, headers: HeaderExchange | None = None) -> OpenAIStream:
         first_s, idle_s = stream_timeouts(ep, first_byte_timeout_s, idle_timeout_s)
         body = _with_output_limit_field(ep, body)
         opts = body.get("stream_options")
         wants_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         upstream_body = {**body, "model": ep.upstream_model,
                          "stream_options": {**(opts if isinstance(opts, dict) else {}), "include_usage": True}}
+        request_headers, answered = exchange_headers(ep, self._headers(ep, "text/event-stream"), headers)
         return await self._http.open_stream(
-            ep.base_url + "/chat/completions", orjson.dumps(upstream_body), self._headers(ep, "text/event-stream"),
-            first_event_timeout_s=first_s, idle_timeout_s=idle_s,
-            error_body=upstream_error_body,
+            ep.base_url + "/chat/completions", orjson.dumps(upstream_body), request_headers,
+            first_event_timeout_s=first_s, idle_timeout_s=idle_s, error_body=upstream_error_body, answered=answered,
             stream=lambda reader: OpenAIStream(reader, self._max_event_bytes, drop_usage_chunk=not wants_usage))

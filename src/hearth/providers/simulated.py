@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from hearth.providers.base import UpstreamReply, Usage
+from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.tokens import estimate_messages, estimate_text, requested_max_tokens
 
@@ -89,8 +89,15 @@ def _usage_dict(u: Usage) -> dict[str, int]:
             "total_tokens": u.prompt_tokens + u.completion_tokens}
 
 
+def _no_upstream_headers(headers: HeaderExchange | None) -> None:
+    if headers is not None:  # an earlier attempt's upstream headers are not this answer's
+        headers.relayed = {}
+
+
 class SimulatedProvider:
-    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+    async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                   headers: HeaderExchange | None = None) -> UpstreamReply:
+        _no_upstream_headers(headers)
         text = reply_text(body)
         usage = Usage(estimate_messages(body.get("messages")), estimate_text(text))
         reply = {
@@ -103,14 +110,17 @@ class SimulatedProvider:
         return UpstreamReply(orjson.dumps(reply), usage)
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
-                          idle_timeout_s: float) -> SimulatedStream:
+                          idle_timeout_s: float, *, headers: HeaderExchange | None = None) -> SimulatedStream:
+        _no_upstream_headers(headers)
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         stream = SimulatedStream(body, ep.upstream_model, reply_text(body), include_usage)
         await stream.prime()
         return stream
 
-    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float) -> UpstreamReply:
+    async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                         headers: HeaderExchange | None = None) -> UpstreamReply:
+        _no_upstream_headers(headers)
         inputs = body.get("input")
         items = [inputs] if isinstance(inputs, str) else list(inputs or [])
         dims = int(body.get("dimensions") or 64)

@@ -33,9 +33,23 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 
 from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
+from hearth.providers.base import HeaderExchange
 from hearth.registry.snapshot import Endpoint
 
 ErrorBody = Callable[[int, bytes], dict[str, Any]]  # (status, raw body) → an OpenAI-shaped error body
+Answered = Callable[[Mapping[str, str]], None]  # told a successful answer's headers
+
+
+def exchange_headers(ep: Endpoint, own: dict[str, str],
+                     exchange: HeaderExchange | None) -> tuple[dict[str, str], Answered | None]:
+    """One attempt's request headers (``own`` plus the forwarded client headers) and what to tell of
+    the answer's headers (None when the provider relays none): see :class:`HeaderExchange`."""
+    if exchange is None:
+        return own, None
+    headers = exchange.outgoing(ep, own)
+    if not ep.relay_ratelimit_headers:
+        return headers, None
+    return headers, lambda answer_headers: exchange.answered(ep, answer_headers)
 
 _DELTA_SECONDS = re.compile(r"\d+(?:\.\d+)?")
 MAX_RETRY_AFTER_S = 86_400.0  # a day: a larger (or absurd) value is capped, not trusted verbatim
@@ -142,8 +156,10 @@ class UpstreamHTTP:
         self._connect_s = connect_timeout_s
 
     async def post(self, url: str, payload: bytes, headers: Mapping[str, str], *,
-                   client_timeout: aiohttp.ClientTimeout, error_body: ErrorBody) -> aiohttp.ClientResponse:
-        """The response to a POST once its status is a success; the caller reads and releases it."""
+                   client_timeout: aiohttp.ClientTimeout, error_body: ErrorBody,
+                   answered: Answered | None = None) -> aiohttp.ClientResponse:
+        """The response to a POST once its status is a success (its headers told to ``answered``);
+        the caller reads and releases it."""
         try:
             resp = await self._session.post(url, data=payload, headers=headers, timeout=client_timeout)
         except TimeoutError as exc:
@@ -158,13 +174,16 @@ class UpstreamHTTP:
             finally:
                 resp.release()
             raise UpstreamHTTPError(resp.status, error_body(resp.status, raw), parse_retry_after(resp.headers))
+        if answered is not None:
+            answered(resp.headers)
         return resp
 
     async def call(self, url: str, payload: bytes, headers: Mapping[str, str], *, timeout_s: float,
-                   error_body: ErrorBody) -> bytes:
+                   error_body: ErrorBody, answered: Answered | None = None) -> bytes:
         """A non-stream exchange: the whole answer's body within ``timeout_s`` (connect within its own class)."""
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s))
-        resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body)
+        resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body,
+                               answered=answered)
         try:
             return await resp.read()
         except TimeoutError as exc:
@@ -176,7 +195,7 @@ class UpstreamHTTP:
 
     async def open_stream(self, url: str, payload: bytes, headers: Mapping[str, str], *,
                           first_event_timeout_s: float, idle_timeout_s: float, error_body: ErrorBody,
-                          stream: Callable[[UpstreamBody], S]) -> S:
+                          stream: Callable[[UpstreamBody], S], answered: Answered | None = None) -> S:
         """POST, wrap the body in ``stream`` and prime it, all within ``first_event_timeout_s``.
 
         Until the first event the idle timeout plays no part (an upstream slow to its first token is
@@ -184,7 +203,8 @@ class UpstreamHTTP:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_event_timeout_s))
         try:
             async with asyncio.timeout(first_event_timeout_s):
-                resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body)
+                resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body,
+                                       answered=answered)
                 body = UpstreamBody(resp, idle_timeout_s)
                 try:
                     opened = stream(body)

@@ -43,6 +43,8 @@ class Endpoint:
     max_tokens_field: str = "max_tokens"  # or "max_completion_tokens": the name the upstream reads
     first_token_timeout_s: float | None = None  # a stream's wait for its first event; None: timeout_s
     stream_idle_timeout_s: float | None = None  # silence allowed between events; None: the setting
+    forward_headers: tuple[str, ...] = ()  # its provider's: client headers sent upstream (lower-case names)
+    relay_ratelimit_headers: bool = False  # its provider's: the upstream's x-ratelimit-* go back to the caller
 
 
 @dataclass(slots=True, frozen=True)

@@ -104,6 +104,8 @@ class FakeBehavior:
     ``first_event_delay_ms`` sends a stream's status and headers at once, then
     waits that long before its first event (``latency_ms`` delays the headers too).
     ``extra_prompt_tokens`` is added to the reported prompt usage of chat answers.
+    ``response_headers`` are sent with the answer (say ``x-ratelimit-remaining-requests``), whatever it
+    is; the headers the server *received* are in :attr:`FakeStats.last_headers`.
     """
 
     latency_ms: float = 0.0
@@ -119,6 +121,7 @@ class FakeBehavior:
     first_event_delay_ms: float = 0.0
     extra_prompt_tokens: int = 0  # bill more prompt tokens than the text has (a hidden system prompt, say)
     error_after_chunks: int | None = None  # an OpenAI error event after the N-th content event, then the end
+    response_headers: dict[str, str] = field(default_factory=dict)  # added to every answer (errors too)
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -425,6 +428,7 @@ class FakeUpstream:
             raise RuntimeError("FakeUpstream already started")
         self._closing = asyncio.Event()
         app = web.Application(client_max_size=64 << 20)
+        app.on_response_prepare.append(_add_behavior_headers)
         app.router.add_post("/v1/chat/completions", self._route(self._chat))
         app.router.add_post("/v1/embeddings", self._route(self._embeddings))
         app.router.add_get("/v1/models", self._route(self._models))
@@ -539,6 +543,8 @@ class FakeUpstream:
             if stats.in_flight > stats.max_in_flight:
                 stats.max_in_flight = stats.in_flight
             behavior = self._script.popleft() if self._script else self._defaults
+        if behavior.response_headers:
+            request[_BEHAVIOR_HEADERS] = behavior.response_headers
         anthropic = request.path == "/v1/messages"
         finished = False
         try:
@@ -778,6 +784,15 @@ class FakeUpstream:
             return _json_error(400, str(exc))
         self.reset(defaults=isinstance(options, dict) and bool(options.get("defaults")))
         return web.Response(body=b'{"reset":true}', headers=_JSON_HEADERS)
+
+
+_BEHAVIOR_HEADERS = web.RequestKey("fake_response_headers", dict)
+
+
+async def _add_behavior_headers(request: web.Request, response: web.StreamResponse) -> None:
+    extra = request.get(_BEHAVIOR_HEADERS)
+    if extra:
+        response.headers.update(extra)
 
 
 def _json_error(status: int, message: str) -> web.Response:
