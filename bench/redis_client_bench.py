@@ -67,7 +67,8 @@ from hearth.state.redis import RedisState
 from hearth.state.resp import RespClient, Script
 
 CLIENTS = ("resp", "redis-py", "coredis", "none")
-TIMEOUT_S = 2.0  # HEARTH_STATE_TIMEOUT_S default
+TIMEOUT_S = 2.0  # HEARTH_STATE_TIMEOUT_S default (a worker under valgrind gets --timeout 60)
+CONNECT_TIMEOUT_S = 1.0  # RedisState's
 HUGE = 10_000_000
 
 # What the governance benchmark's governed caller takes per call (bench/governance_bench.py): limits on
@@ -107,7 +108,7 @@ class RedisPyClient:
 
         assert HIREDIS_AVAILABLE, "redis-py without hiredis would not be a fair candidate"
         self._noscript = NoScriptError
-        self._r = aioredis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=1.0,
+        self._r = aioredis.Redis.from_url(url, socket_timeout=TIMEOUT_S, socket_connect_timeout=CONNECT_TIMEOUT_S,
                                           retry=Retry(NoBackoff(), 0), decode_responses=False)
 
     async def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
@@ -136,7 +137,7 @@ class CoredisClient:
         from coredis.retry import NoRetryPolicy
 
         self._noscript = NoScriptError
-        self._r = coredis.Redis.from_url(url, stream_timeout=TIMEOUT_S, connect_timeout=1.0,
+        self._r = coredis.Redis.from_url(url, stream_timeout=TIMEOUT_S, connect_timeout=CONNECT_TIMEOUT_S,
                                          retry_policy=NoRetryPolicy(), decode_responses=False)
         self._entered = False
 
@@ -349,7 +350,9 @@ def summarize(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, dic
 
 
 def worker(args: argparse.Namespace) -> int:
-    """One measurement in this process (the target of ``valgrind``)."""
+    """One measurement in this process (the target of ``valgrind``, ~50x slower: timeouts are widened)."""
+    global TIMEOUT_S, CONNECT_TIMEOUT_S
+    TIMEOUT_S = CONNECT_TIMEOUT_S = args.timeout
     prefix = f"bench-rc-{os.getpid()}-{secrets.token_hex(4)}:"
     try:
         uvloop.run(measure(args.worker, args.url, prefix, args.calls, args.concurrency, "v", warm=64))
@@ -364,7 +367,7 @@ def callgrind_ir(kind: str, url: str, calls: int, concurrency: int) -> int:
         for attempt in range(3):  # under valgrind a call is ~50x slower: a rare stall can hit the 2 s timeout
             done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                                    __file__, "--worker", kind, "--calls", str(calls), "--concurrency",
-                                   str(concurrency), "--url", url],
+                                   str(concurrency), "--url", url, "--timeout", "60"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if done.returncode == 0:
                 break
@@ -427,6 +430,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write the raw results here")
     p.add_argument("--worker", choices=CLIENTS, help=argparse.SUPPRESS)
     p.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
