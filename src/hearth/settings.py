@@ -59,10 +59,10 @@ class Settings(BaseSettings):
     ledger_commit_timeout_s: float = Field(default=5.0, gt=0, description="longest wait for a budget "
                                            "reservation's commit; one not seen by then may still land, so it "
                                            "stays spent (the call gets 503)")
-    reservation_window_s: float = Field(default=1.0, gt=0, description="a budgeted call proceeds only if its "
-                                        "reservation was committed within this time of its admission (else "
-                                        "503, refunded); after a state-backend loss the rebuild waits this "
-                                        "long before reading the ledger, so it counts every such reservation")
+    reservation_window_s: float = Field(default=0.25, gt=0, description="after a state-backend loss the rebuild "
+                                        "waits this long before reading the ledger; a reservation committed "
+                                        "within this time of its admission proceeds at once, a later one only "
+                                        "after checking the backend's epoch (one more round trip)")
     stream_send_timeout_s: float = Field(default=30.0, gt=0, description="a stream whose client has not "
                                          "taken the next frame within this time (the server's write buffer "
                                          "stayed full) is ended as 499 client_too_slow and its slots freed")

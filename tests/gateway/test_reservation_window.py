@@ -1,10 +1,10 @@
 """The reservation window: why a rebuild of the state backend never misses a reservation.
 
-A budgeted call may proceed only if its reservation row was committed within the *reservation
-window* (``HEARTH_RESERVATION_WINDOW_S``) of sending its admission. Every admission that a lost
-backend could have taken ran before the loss, so every reservation that lets a call proceed is in the
-database at most one window after the loss; a rebuild that reads the ledger one window after it
-noticed the loss therefore counts them all, with no per-call check against the backend afterwards.
+Every admission that a lost backend could have taken ran before the loss, so a reservation committed
+within the *reservation window* (``HEARTH_RESERVATION_WINDOW_S``) of sending its admission is in the
+database at most one window after the loss: a rebuild that reads the ledger one window after it
+noticed the loss counts it, and its call proceeds with no per-call check against the backend. A
+reservation committed later is checked against the backend's epoch.
 On SQLite and PostgreSQL, with the real Redis backend.
 """
 
@@ -21,7 +21,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.gateway.budget import counter_key, period_key
-from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationLate, ReservationNotDurable
+from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable, ReservationSuperseded
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.registry.snapshot import Budget, Registry
 from hearth.state.memory import MemoryState
@@ -56,17 +56,54 @@ async def reserve_rows(engine: AsyncEngine) -> list[str]:
         return [row[0] for row in result]
 
 
-async def test_a_reservation_committed_after_its_window_is_late_but_in_the_ledger(engine: AsyncEngine) -> None:
-    ledger = BudgetLedger(engine, MemoryState())
+async def test_a_late_commit_proceeds_when_no_rebuild_read_the_ledger_since(
+        engine: AsyncEngine, redis_prefix: str) -> None:
+    state, recovery, ledger = await _wired(engine, redis_prefix)
     try:
-        with pytest.raises(ReservationLate):
-            await ledger.reserve("late-call", (Charge("daily", daily_key(), 700),),
-                                 deadline=time.monotonic() - 0.001)
-        assert await reserve_rows(engine) == ["late-call"]  # certainly written: the caller refunds it
-        await ledger.reserve("on-time", (Charge("daily", daily_key(), 300),), deadline=time.monotonic() + 5)
-        assert sorted(await reserve_rows(engine)) == ["late-call", "on-time"]
+        epoch = state.epoch
+        await ledger.reserve("late-call", (Charge("daily", daily_key(), 700),), deadline=time.monotonic() - 1,
+                             epoch=epoch)  # committed "after its window": checked, and fine
+        assert ledger.reservations_late == 1 and ledger.superseded == 0
+        assert await reserve_rows(engine) == ["late-call"]
     finally:
-        await ledger.stop()
+        await _unwire(state, recovery, ledger)
+
+
+async def test_a_late_commit_after_a_rebuild_that_missed_it_is_refused_and_refunded(
+        engine: AsyncEngine, redis_prefix: str) -> None:
+    state, recovery, ledger = await _wired(engine, redis_prefix)
+    try:
+        before = state.epoch
+        assert before is not None
+        redis.Redis.from_url(REDIS_URL).delete(Keys(redis_prefix).epoch)  # lost, and rebuilt...
+        await recovery.ensure()
+        assert state.epoch is not None and state.epoch != before
+        with pytest.raises(ReservationSuperseded):  # ...before this reservation (admitted under the
+            await ledger.reserve("missed", (Charge("daily", daily_key(), 700),),  # old epoch) landed
+                                 deadline=time.monotonic() - 1, epoch=before)
+        await ledger.flush()
+        c = budget_ledger.c
+        async with engine.connect() as conn:
+            result = await conn.execute(select(c.kind, c.amount, c.refund).where(c.call_id == "missed"))
+            assert sorted(tuple(r) for r in result) == [("reserve", 700, 0), ("settle", 0, 700)]
+        assert await state.counters((daily_key(),)) == (0,)
+    finally:
+        await _unwire(state, recovery, ledger)
+
+
+async def _wired(engine: AsyncEngine, prefix: str) -> tuple[RedisState, StateRecovery, BudgetLedger]:
+    state = RedisState(REDIS_URL, prefix)
+    registry = Registry(budgets=(Budget("daily", "app", "caller", "app", "day", "money", 10_000),))
+    recovery = StateRecovery(state, engine, lambda: registry, reservation_ttl_s=30, open_within_s=300,
+                             reservation_window_s=0.05)
+    await recovery.ensure()
+    return state, recovery, BudgetLedger(engine, state)
+
+
+async def _unwire(state: RedisState, recovery: StateRecovery, ledger: BudgetLedger) -> None:
+    await ledger.stop()
+    await recovery.stop()
+    await state.close()
 
 
 async def test_a_commit_not_seen_within_the_commit_timeout_is_not_durable(postgres_url: str) -> None:
@@ -105,7 +142,7 @@ async def test_a_rebuild_counts_a_reservation_committed_just_after_the_loss(
         recovery.trigger()
         await asyncio.sleep(WINDOW_S / 4)
         await ledger.reserve("admitted-before-the-loss", (Charge("daily", key, 700),),
-                             deadline=started + WINDOW_S)
+                             deadline=started + WINDOW_S, epoch=first)
         await recovery.ensure()
         assert state.epoch is not None and state.epoch != first
         assert time.monotonic() - started >= WINDOW_S  # it waited for the window before reading

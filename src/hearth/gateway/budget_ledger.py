@@ -5,16 +5,17 @@ once the call's ``reserve`` rows are committed. Concurrent reservations share on
 commit: a commit starts as soon as one is waiting, and everything that arrives while it runs goes
 into the next one), so under load the cost is a short wait, not a transaction per call.
 
-**The reservation window** makes rebuilding the state backend's counters from the ledger exact. A
-reservation lets its call proceed only if it was committed before its ``deadline``: the moment its
-admission was sent plus the window (``HEARTH_RESERVATION_WINDOW_S``). An admission a lost backend
-took ran before the loss, so every reservation that let a call proceed is in the database at most
-one window after the loss; :class:`~hearth.gateway.state_recovery.StateRecovery` reads the ledger one
-window after it noticed the loss, and so counts them all — no per-call question to the backend after
-the commit. A reservation committed after its window (:class:`ReservationLate`) refuses its call and
-is refunded like any unused reservation; one whose commit is not seen at all within
-``commit_timeout_s`` may still land, so it stays spent (the sweeper closes it as spent, as the
-counters hold it).
+**The reservation window** makes rebuilding the state backend's counters from the ledger exact
+without asking the backend about every call. An admission a lost backend took ran before the loss;
+:class:`~hearth.gateway.state_recovery.StateRecovery` reads the ledger one window
+(``HEARTH_RESERVATION_WINDOW_S``) after it noticed the loss. So a reservation committed within the
+window of its admission's send (the ``deadline``; nearly all of them) is certainly counted by any
+rebuild, and its call proceeds at once. One committed later (a slow database, an overloaded process)
+is checked against the backend's epoch: unchanged — no rebuild has read the ledger yet, and any later
+one sees the row; changed — the row counts only if its id is at most the new epoch's ``mark``, else
+the call is refused (:class:`ReservationSuperseded`) and the reservation refunded in the ledger (the
+rebuilt counters never held it). A commit not seen at all within ``commit_timeout_s`` may still land,
+so it stays spent (the sweeper closes it as spent, as the counters hold it).
 
 **Settlements are asynchronous** (a batch every ``flush_s``): a settlement that is lost (the process
 died) leaves its reservation spent, the safe side; the sweeper (:mod:`hearth.gateway.budget_balances`)
@@ -39,7 +40,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.observability.logging import get_logger
-from hearth.state.base import StateBackend, StateUnavailable
+from hearth.state.base import Epoch, StateBackend, StateUnavailable
 from hearth.store.batch_insert import insert_isolating
 from hearth.store.db import stop_writer_task
 from hearth.store.tables import budget_ledger
@@ -47,9 +48,9 @@ from hearth.store.tables import budget_ledger
 log = get_logger("hearth.budget_ledger")
 
 
-class ReservationLate(Exception):
-    """Committed, but after the reservation's window: the call must not proceed (a rebuild may not
-    have counted it); the reservation is certainly in the ledger, so it is refunded."""
+class ReservationSuperseded(Exception):
+    """Committed, but after a rebuild of the state backend that did not count it: the call must not
+    proceed (it has been refunded in the ledger; the rebuilt counters never held it)."""
 
 
 class ReservationNotDurable(Exception):
@@ -98,7 +99,8 @@ class BudgetLedger:
         self.reservations_committed = 0
         self.reservation_commits = 0  # transactions: committed / commits = the group-commit factor
         self.reservations_failed = 0
-        self.reservations_late = 0  # committed, but after their window: their calls were refused
+        self.reservations_late = 0  # committed after their window: checked against the backend's epoch
+        self.superseded = 0  # of those, committed after a rebuild that did not count them: refused
         self.last_error: str | None = None
         self.database_ok = True  # False while reservations cannot be committed
 
@@ -107,12 +109,14 @@ class BudgetLedger:
         return len(self._rows) + len(self._waiting)
 
     # ---- reservations: durable before the call proceeds ---------------------------------------------
-    async def reserve(self, call_id: str, charges: tuple[Charge, ...], *, deadline: float) -> None:
-        """Commit the call's reservation rows (group commit) before ``deadline`` (``time.monotonic()``:
-        the admission's send time plus the reservation window).
+    async def reserve(self, call_id: str, charges: tuple[Charge, ...], *, deadline: float,
+                      epoch: Epoch | None = None) -> None:
+        """Commit the call's reservation rows (group commit); return once the call may proceed.
 
-        Raises :class:`ReservationLate` if the commit landed after ``deadline`` and
-        :class:`ReservationNotDurable` if it failed or was not seen within :attr:`commit_timeout_s`."""
+        ``deadline`` (``time.monotonic()``) is the admission's send time plus the reservation window;
+        ``epoch`` the state-backend epoch the admission ran under. Raises :class:`ReservationNotDurable`
+        if the commit failed or was not seen within :attr:`commit_timeout_s`, and
+        :class:`ReservationSuperseded` if it landed after a rebuild that did not count it."""
         loop = asyncio.get_running_loop()
         waiting = _Waiting(call_id, charges, loop.create_future())
         waiting.done.add_done_callback(_retrieve)  # a caller that timed out no longer awaits it
@@ -125,9 +129,43 @@ class BudgetLedger:
         except TimeoutError as exc:
             self.reservations_failed += 1
             raise ReservationNotDurable(True, "the database did not commit the reservation in time") from exc
-        if committed_at > deadline:  # a rebuild that began reading the ledger may have missed it
-            self.reservations_late += 1
-            raise ReservationLate(call_id)
+        if committed_at <= deadline or not self._state.shared or epoch is None:
+            return  # any rebuild reads the ledger after it (or this backend dies with the process)
+        self.reservations_late += 1
+        if await self._counted_after(call_id, epoch):
+            return
+        self.superseded += 1
+        for c in charges:  # the rebuilt counters never held it: the ledger gives it back too
+            self.settled(call_id, c.budget, c.counter_key, 0, c.amount, 0)
+        raise ReservationSuperseded(call_id)
+
+    async def _counted_after(self, call_id: str, admitted_under: Epoch) -> bool:
+        """Whether the backend's current counters hold a reservation committed after its window."""
+        try:
+            current = await self._state.read_epoch()
+            if current == admitted_under:
+                return True  # no rebuild has read the ledger since: every later one sees the row
+            current = await self._wait_for_epoch(current)
+            if current is None:
+                raise ReservationNotDurable(True, "the state backend lost its data and was not rebuilt in time")
+            return await self._reserve_id(call_id) <= current.mark
+        except StateUnavailable as exc:  # not known to be counted: refuse, leaving it spent
+            raise ReservationNotDurable(True, "the state backend did not answer") from exc
+
+    async def _wait_for_epoch(self, current: Epoch | None, timeout_s: float = 3.0) -> Epoch | None:
+        """The backend lost its data: wait (briefly) for some process to rebuild it."""
+        give_up = time.monotonic() + timeout_s
+        while current is None and time.monotonic() < give_up:
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(StateUnavailable):
+                current = await self._state.read_epoch()
+        return current
+
+    async def _reserve_id(self, call_id: str) -> int:
+        c = budget_ledger.c
+        async with self._engine.connect() as conn:
+            row_id = await conn.scalar(select(c.id).where(c.kind == "reserve", c.call_id == call_id).limit(1))
+        return int(row_id) if row_id is not None else 0
 
     async def _commit_waiting(self) -> None:
         try:
@@ -265,7 +303,8 @@ class BudgetLedger:
         return {"written": self.written, "pending": len(self._rows), "dead": self.dead,
                 "failed_batches": self.failed_batches, "reservations_committed": self.reservations_committed,
                 "reservation_commits": self.reservation_commits, "reservations_failed": self.reservations_failed,
-                "reservations_late": self.reservations_late, "database_ok": self.database_ok,
+                "reservations_late": self.reservations_late,
+                "reservations_superseded": self.superseded, "database_ok": self.database_ok,
                 "last_error": self.last_error}
 
 

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 from hearth.gateway.admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.budget import Applicable
-from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationLate, ReservationNotDurable
+from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable, ReservationSuperseded
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Caller, Endpoint, LimitSet, Model
-from hearth.state.base import BudgetCharge, Lease, Limit, Scope, StateBackend, StateUnavailable
+from hearth.state.base import BudgetCharge, Epoch, Lease, Limit, Scope, StateBackend, StateUnavailable
 
 log = get_logger("hearth.caller_admission")
 
@@ -104,7 +104,7 @@ class AdmissionLimits:
     wait_s: float
     lease_ttl_s: float
     state_timeout_s: float  # a script that runs later than this after it was sent refuses
-    reservation_window_s: float = 1.0  # a reservation committed later than this after its admission refuses
+    reservation_window_s: float = 0.25  # a reservation committed later than this is checked against the epoch
 
 
 async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: StateRecovery, want: CallerAdmission,
@@ -164,7 +164,7 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: Stat
         grant.preadmitted = Admitted(endpoint, endpoint_lease)
     if charges:
         grant.remaining = _left(want.budgets, lease.budget_values)
-        await _make_durable(state, ledger, grant, deadline=sent + limits.reservation_window_s)
+        await _make_durable(state, ledger, grant, deadline=sent + limits.reservation_window_s, epoch=known)
     return grant
 
 
@@ -173,21 +173,22 @@ def _left(budgets: Sequence[Applicable], counters: tuple[int, ...]) -> list[tupl
     return [(a, a.budget.limit - v) for a, v in zip(budgets, counters, strict=True)]
 
 
-async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant, *, deadline: float) -> None:
+async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant, *, deadline: float,
+                        epoch: Epoch | None) -> None:
     """Commit the reservation to the ledger by ``deadline``; if that fails, give back what the backend
     took and raise."""
     rows = tuple(Charge(a.budget.name, c.key, c.amount) for a, c in zip(grant.budgets, grant.charges, strict=True))
     try:
-        await ledger.reserve(grant.call_id, rows, deadline=deadline)
+        await ledger.reserve(grant.call_id, rows, deadline=deadline, epoch=epoch)
     except ReservationNotDurable as exc:
         # Certainly not written: refund. Perhaps written (the commit itself failed or timed out): it
         # stays spent, as the sweeper will record it — the counters and the ledger then agree.
         await finish_caller(state, ledger, grant, None, () if exc.uncertain else (0,) * len(rows),
                             settle=not exc.uncertain, record=False)
         raise HearthError("budget_ledger_unavailable", retry_after=2) from exc
-    except ReservationLate as exc:  # in the ledger, but perhaps not in a rebuild's counters: refund it
-        await finish_caller(state, ledger, grant, None, (0,) * len(rows))
-        raise HearthError("budget_ledger_unavailable", retry_after=1) from exc
+    except ReservationSuperseded as exc:  # the rebuilt counters never held it (and the ledger refunded it)
+        await finish_caller(state, ledger, grant, None, (), settle=False)
+        raise HearthError("state_backend_reset", retry_after=1) from exc
     except asyncio.CancelledError:  # the caller left; the commit may still land: leave it spent
         await asyncio.shield(finish_caller(state, ledger, grant, None, (), settle=False))
         raise
