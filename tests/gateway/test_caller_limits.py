@@ -91,7 +91,15 @@ async def test_a_stream_longer_than_the_lease_ttl_keeps_its_slot(backend, fake, 
     assert r.status_code == 429 and r.json()["error"]["code"] == "user_stream_concurrency_exceeded"
     assert await holder == 200
     fake.set_defaults(chunks=2, chunk_delay_ms=0)
-    assert await _stream(http, server.base_url, USER) == 200  # released at the end as usual
+    # released at the end as usual: promptly, though not necessarily before the client read the last byte
+    give_up = time.monotonic() + 1.0
+    status = await _stream(http, server.base_url, USER)
+    for _ in range(20):
+        if status == 200 or time.monotonic() > give_up:
+            break
+        await asyncio.sleep(0.05)
+        status = await _stream(http, server.base_url, USER)
+    assert status == 200
 
 
 async def test_a_rejected_request_consumes_no_rpm(fake, hearth_server, http):
