@@ -19,9 +19,10 @@ serve: $(STAMP)
 	$(BIN)/hearth migrate
 	$(BIN)/hearth serve
 
-# pytest in two parts: everything but tests/e2e/ on two workers (xdist), then the `serial` tests
-# (real processes, timing during faults) alone; coverage of src/hearth is collected across both and
-# reported at the end (the e2e tests' Hearth processes are not measured, only the test process).
+# pytest in two parts: all but the `serial` tests on two workers (xdist), then those alone
+# (tests/e2e/'s real processes; load tests whose timing a second worker would distort). Coverage of
+# src/hearth is collected across both and reported at the end (the test processes only: the e2e
+# tests' Hearth processes are not measured).
 PYTEST_COV := --cov=hearth --cov-branch
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
