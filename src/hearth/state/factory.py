@@ -30,7 +30,7 @@ class SingleProcessViolation(SystemExit):
 
 def create_state(settings: Settings) -> StateBackend:
     if settings.state_backend == "redis":
-        from hearth.state.redis import RedisState  # redis-py is only loaded when used
+        from hearth.state.redis import RedisState  # loaded only when configured
 
         return RedisState(settings.redis_url, settings.redis_prefix, command_timeout_s=settings.state_timeout_s,
                           quota_day=QuotaDay(settings.quota_time_zone))
