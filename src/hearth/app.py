@@ -17,7 +17,7 @@ from starlette.types import ASGIApp
 from hearth import __version__
 from hearth.api import admin, budgets, callers_admin, health, openai, request_logs
 from hearth.api.error_handlers import install_error_handlers
-from hearth.api.hot_path import HotPathApp
+from hearth.api.openai_dispatch import OpenAIDispatch
 from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
 from hearth.runtime import start_runtime
@@ -93,7 +93,7 @@ def create_asgi(settings: Settings | None = None) -> RequestIdMiddleware:
         # would ignore HEARTH_LOG_LEVEL and log plain text.
         resolved = load_settings()
         configure_logging(resolved.log_level)
-    inner: ASGIApp = HotPathApp(create_app(resolved))
+    inner: ASGIApp = OpenAIDispatch(create_app(resolved))
     if resolved.cors_origins:
         inner = CORSMiddleware(inner, allow_origins=resolved.cors_origins, allow_methods=["*"], allow_headers=["*"],
                                expose_headers=list(CORS_EXPOSED_HEADERS), max_age=600)
@@ -104,5 +104,5 @@ def fastapi_app(asgi: RequestIdMiddleware) -> FastAPI:
     app = asgi.app
     if isinstance(app, CORSMiddleware):
         app = app.app
-    assert isinstance(app, HotPathApp)
+    assert isinstance(app, OpenAIDispatch)
     return app.api

@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hearth.gateway.admission import cooldown_key
 from hearth.gateway.budget_balances import sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.gateway.endpoint_admission import cooldown_key
 from hearth.gateway.service import Gateway
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger

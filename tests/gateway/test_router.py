@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hearth.errors import HearthError
-from hearth.gateway.admission import first_choice
+from hearth.gateway.endpoint_admission import first_choice
 from hearth.gateway.endpoint_capabilities import capable_models, required_capabilities
 from hearth.gateway.health import HealthBook
 from hearth.gateway.router import order_candidates

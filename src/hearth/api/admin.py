@@ -18,7 +18,7 @@ from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
 from hearth.errors import HearthError
-from hearth.gateway.admission import scopes_for
+from hearth.gateway.endpoint_admission import scopes_for
 from hearth.registry.config import (
     BudgetSpec,
     EndpointSpec,
@@ -144,4 +144,4 @@ async def endpoint_status(name: str, request: Request) -> Response:
         raise HearthError("state_backend_unavailable", retry_after=2) from exc
     return ok(request, {"name": name, "enabled": ep.enabled, "disabled_reason": ep.disabled_reason,
                         "disabled_by": ep.disabled_by, "api_key": ep.api_key_hint, "scopes": scopes,
-                        "health": rt.gateway.health.snapshot(name, time.time())})
+                        "health": rt.gateway.health.snapshot(name, rt.gateway.health.clock.now())})

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
-from hearth.gateway.admission import Admitted, admit, cooldown_key, pool_ready_in
 from hearth.gateway.call import Call
+from hearth.gateway.endpoint_admission import Admitted, admit, cooldown_key, pool_ready_in
 from hearth.gateway.health import HealthBook
 from hearth.gateway.router import order_candidates
 from hearth.observability.logging import get_logger

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
-from hearth.gateway.admission import Admitted
 from hearth.gateway.budget import actual_amounts
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.caller_admission import (
@@ -30,6 +29,7 @@ from hearth.gateway.caller_admission import (
     finish_caller,
 )
 from hearth.gateway.context import AttemptRecord, CallContext
+from hearth.gateway.endpoint_admission import Admitted
 from hearth.gateway.health import HealthBook
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger
@@ -77,7 +77,7 @@ class Call:
         self.ctx.attempts += 1
         self._attempt_started = time.perf_counter()
         self.ctx.endpoint = adm.endpoint
-        self.deps.health.started(adm.endpoint.name, time.time())
+        self.deps.health.started(adm.endpoint.name, self.deps.health.clock.now())
         self._schedule_renewal()
 
     async def attempt_ended(self, *, verdict_given: bool, failure: BaseException | None = None) -> None:

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
-from hearth.gateway.admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.budget import Applicable
 from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable, ReservationSuperseded
+from hearth.gateway.endpoint_admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
@@ -96,7 +96,7 @@ class CallerAdmission:
     charges: tuple[BudgetCharge, ...]
     tokens: int
     nonce: tuple[str, float] | None = None
-    endpoint: Endpoint | None = None  # see hearth.gateway.admission.first_choice
+    endpoint: Endpoint | None = None  # see hearth.gateway.endpoint_admission.first_choice
 
 
 @dataclass(slots=True, frozen=True)

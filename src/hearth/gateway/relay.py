@@ -89,7 +89,7 @@ class RelayStream:
             return
         except UpstreamNetworkError as exc:
             self._status, self._error_code = (504 if exc.timeout else 502), exc.code
-            self._call.deps.health.failed(self._endpoint.name, time.time())
+            self._call.deps.health.failed(self._endpoint.name, self._call.deps.health.clock.now())
             what = {"upstream_stream_error": "The upstream stream failed",
                     "upstream_stream_idle": "The upstream stream went idle"}.get(exc.code,
                                                                               "The upstream stream was interrupted")

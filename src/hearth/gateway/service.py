@@ -20,14 +20,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from hearth.errors import HearthError
-from hearth.gateway.admission import first_choice
-from hearth.gateway.admission_plan import AdmissionPlans
 from hearth.gateway.attempts import AttemptPolicy, run_with_fallback
 from hearth.gateway.budget import micro_cost, reservation_charges
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.call import Call, CallDeps
 from hearth.gateway.caller_admission import AdmissionLimits, CallerAdmission
+from hearth.gateway.caller_plans import AdmissionPlans
 from hearth.gateway.context import CallContext
+from hearth.gateway.endpoint_admission import first_choice
 from hearth.gateway.endpoint_capabilities import capable_models, required_capabilities
 from hearth.gateway.health import HealthBook
 from hearth.gateway.relay import RelayStream

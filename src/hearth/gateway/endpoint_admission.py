@@ -1,4 +1,4 @@
-"""Admission: take a concurrency lease (plus RPM/TPM) on one endpoint of the pool, atomically.
+"""Endpoint admission: take a concurrency lease (plus RPM/TPM) on one endpoint of the pool, atomically.
 
 Each candidate's endpoint scope and quota-group scope are acquired together in the state backend.
 If every candidate is full, the request waits for a release up to ``admission_wait_s`` (bounded by

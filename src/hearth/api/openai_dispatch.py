@@ -1,4 +1,4 @@
-"""The hot path: the OpenAI routes served straight from ASGI, in front of the FastAPI app.
+"""The OpenAI routes dispatched straight from ASGI (the hot path), in front of the FastAPI app.
 
 FastAPI's per-request machinery (middleware stack, router, dependency solving, exception
 middleware) cost about a third of the gateway's CPU per call in profiles. The OpenAI routes need
@@ -33,7 +33,7 @@ log = get_logger("hearth.api")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-class HotPathApp:
+class OpenAIDispatch:
     def __init__(self, api: FastAPI) -> None:
         self.api = api
         self.routes: dict[tuple[str, str], Handler] = {
