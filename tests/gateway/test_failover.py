@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hearth.testing.fake_clock import FakeClock
 from hearth.testing.fake_upstream import FakeBehavior
 from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
@@ -76,20 +77,27 @@ async def test_401_disables_the_endpoint_and_logs_an_alert(fake, fake2, hearth_s
     assert (await _chat(http, server)).headers["x-hearth-endpoint"] == "a"
 
 
+def _on_fake_clock(server: Any) -> FakeClock:
+    """The server's breakers read a fake clock from now on: an open circuit ends when the test says."""
+    clock = FakeClock()
+    server.runtime.gateway.health.clock = clock
+    return clock
+
+
 async def test_three_5xx_open_the_circuit_then_one_half_open_probe(fake, fake2, hearth_server, http):
-    server = hearth_server(_pool(fake, fake2), breaker_open_s=0.8)
+    server = hearth_server(_pool(fake, fake2), breaker_open_s=30.0)
+    clock = _on_fake_clock(server)
     fake.set_defaults(status=500)
     for _ in range(3):
         r = await _chat(http, server)
         assert r.status_code == 200 and r.headers["x-hearth-endpoint"] == "b"
-    opened_by = time.monotonic()  # the circuit opened before the third answer came back
     assert fake.stats.requests == 3
-    skipped = 0
-    while skipped < 5 and time.monotonic() < opened_by + 0.6:  # open: `a` is skipped entirely
+    for _ in range(5):  # open: `a` is skipped entirely
         await _chat(http, server)
-        skipped += 1
-    assert skipped >= 1 and fake.stats.requests == 3
-    await asyncio.sleep(max(0.0, opened_by + 0.8 - time.monotonic()) + 0.1)
+    clock.advance(29.9)
+    await _chat(http, server)  # still open a moment before open_s
+    assert fake.stats.requests == 3
+    clock.advance(0.1)
     fake.set_defaults(status=200, latency_ms=300)
     # half-open: of several parallel calls exactly one probes `a`, the others go to `b`
     results = await asyncio.gather(*[_chat(http, server) for _ in range(6)])
@@ -100,15 +108,22 @@ async def test_three_5xx_open_the_circuit_then_one_half_open_probe(fake, fake2, 
 
 
 async def test_failed_half_open_probe_reopens_the_circuit(fake, fake2, hearth_server, http):
-    server = hearth_server(_pool(fake, fake2), breaker_open_s=0.5)
+    server = hearth_server(_pool(fake, fake2), breaker_open_s=30.0)
+    clock = _on_fake_clock(server)
     fake.set_defaults(status=503)
     for _ in range(3):
         await _chat(http, server)
-    await asyncio.sleep(0.6)
+    clock.advance(30.0)
     await _chat(http, server)  # the probe, fails
     assert fake.stats.requests == 4
     await _chat(http, server)
     assert fake.stats.requests == 4
+    clock.advance(29.9)  # reopened for a whole open_s from the failed probe
+    await _chat(http, server)
+    assert fake.stats.requests == 4
+    clock.advance(0.1)
+    await _chat(http, server)  # the next probe
+    assert fake.stats.requests == 5
 
 
 async def test_hanging_endpoint_fails_over_within_the_deadline(fake, fake2, hearth_server, http):
