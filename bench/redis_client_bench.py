@@ -216,8 +216,9 @@ def make_state(kind: str, url: str, prefix: str) -> RedisState:
 
 async def governed_call(state: RedisState, call_id: str) -> None:
     """The state-backend part of one governed call, as the gateway sends it."""
-    res = await state.acquire(call_id, CALLER_SCOPES + ENDPOINT_SCOPES, TOKENS, 60.0, ("ep:fake-1",), BUDGETS,
-                              ((f"nonce:bench-gov:{call_id}", 300.0),), deadline=time.time() + TIMEOUT_S,
+    res = await state.acquire(call_id, CALLER_SCOPES + ENDPOINT_SCOPES, TOKENS, 60.0,
+                              cooldown_keys=("ep:fake-1",), budgets=BUDGETS,
+                              once=((f"nonce:bench-gov:{call_id}", 300.0),), deadline=time.time() + TIMEOUT_S,
                               check_epoch=True)
     assert res.lease is not None, res.refusal
     caller_lease, endpoint_lease = res.lease.split(len(CALLER_SCOPES))

@@ -316,7 +316,7 @@ def fake_upstream(
     port: int = 9100,
     latency_ms: float = 0.0,
     chunks: int = 20,
-    chunk_delay_ms: float = 0.0,
+    *, chunk_delay_ms: float = 0.0,
 ) -> None:
     """Run the OpenAI-compatible fake provider used by tests and benchmarks."""
     from hearth.testing.fake_upstream import run

@@ -104,14 +104,15 @@ async def test_documented_vector(vector: dict[str, str]) -> None:
     assert body.decode("utf-8") == vector["body_utf8"]
     assert sha256_hex(body) == vector["body_sha256"]
     canonical = canonical_string(vector["method"], vector["path_with_query"], body, vector["timestamp"],
-                                 vector["nonce"])
+                                 nonce=vector["nonce"])
     assert canonical == vector["canonical"]
     assert canonical.split("\n") == [vector["method"], vector["path_with_query"], vector["body_sha256"],
                                      vector["timestamp"], vector["nonce"]]
-    assert sign(vector["key"], vector["method"], vector["path_with_query"], body, vector["timestamp"],
-                vector["nonce"]) == vector["signature"]
-    assert sign(vector["key"].encode(), vector["method"], vector["path_with_query"], body, vector["timestamp"],
-                vector["nonce"]) == vector["signature"]
+    assert sign(vector["key"], vector["method"], vector["path_with_query"], body, timestamp=vector["timestamp"],
+                nonce=vector["nonce"]) == vector["signature"]
+    assert sign(vector["key"].encode(), vector["method"], vector["path_with_query"], body,
+                timestamp=vector["timestamp"],
+                nonce=vector["nonce"]) == vector["signature"]
     # independent of our code: the stdlib primitives applied to the documented canonical string
     assert hmac.new(vector["key"].encode(), vector["canonical"].encode(), hashlib.sha256).hexdigest() \
         == vector["signature"]
@@ -124,8 +125,9 @@ async def test_documented_vector(vector: dict[str, str]) -> None:
 
 
 def test_method_is_upper_cased() -> None:
-    assert canonical_string("post", "/x", b"", "1", "nonce-0001").startswith("POST\n/x\n")
-    assert sign(KEY, "post", "/x", b"", "1", "nonce-0001") == sign(KEY, "POST", "/x", b"", "1", "nonce-0001")
+    assert canonical_string("post", "/x", b"", "1", nonce="nonce-0001").startswith("POST\n/x\n")
+    assert sign(KEY, "post", "/x", b"", timestamp="1", nonce="nonce-0001") == sign(KEY, "POST", "/x", b"",
+                                                                               timestamp="1", nonce="nonce-0001")
 
 
 # --- round trips ---------------------------------------------------------------------------------------
@@ -377,7 +379,7 @@ def test_misconfiguration_is_a_value_error_not_a_caller_error() -> None:
     with pytest.raises(ValueError):
         asyncio.run(verify(make(), NonceStore(), window_s=0))
     with pytest.raises(ValueError):
-        sign(b"", "GET", "/", b"", "1", "nonce-0001")
+        sign(b"", "GET", "/", b"", timestamp="1", nonce="nonce-0001")
     with pytest.raises(ValueError):
         SignatureError("not_a_code", "x")  # type: ignore[arg-type]
 
@@ -397,7 +399,7 @@ def test_misconfiguration_is_a_value_error_not_a_caller_error() -> None:
 ])
 def test_canonical_string_refuses_what_cannot_be_on_the_wire(method: str, path: str) -> None:
     with pytest.raises(ValueError):
-        canonical_string(method, path, b"", "1", "nonce-0001")
+        canonical_string(method, path, b"", "1", nonce="nonce-0001")
 
 
 async def test_unsignable_target_on_the_server_is_signature_invalid() -> None:
@@ -406,7 +408,7 @@ async def test_unsignable_target_on_the_server_is_signature_invalid() -> None:
 
 def test_body_must_be_bytes() -> None:
     with pytest.raises(TypeError):
-        sign(KEY, "POST", "/x", "text", "1", "nonce-0001")  # type: ignore[arg-type]
+        sign(KEY, "POST", "/x", "text", timestamp="1", nonce="nonce-0001")  # type: ignore[arg-type]
 
 
 # --- the caller helper's URL handling ------------------------------------------------------------------
@@ -432,7 +434,7 @@ def test_body_must_be_bytes() -> None:
 ])
 def test_signed_headers_signs_the_wire_target(url: str, expected: str) -> None:
     headers = signed_headers(KEY, "GET", url, timestamp=T0, nonce="nonce-0001")
-    assert headers["X-Signature"] == sign(KEY, "GET", expected, b"", str(T0), "nonce-0001")
+    assert headers["X-Signature"] == sign(KEY, "GET", expected, b"", timestamp=str(T0), nonce="nonce-0001")
     if url.lower().startswith("http"):
         wire = httpx.Request("GET", url).url
         assert raw_path_with_query({"raw_path": wire.raw_path, "query_string": wire.query}) == expected

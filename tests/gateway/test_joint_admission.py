@@ -267,7 +267,7 @@ async def _admit(state: Any, ledger: BudgetLedger, scopes: tuple[Scope, ...], bu
                  *, endpoint: Endpoint | None = None, window_s: float = 5.0) -> CallerGrant:
     return await admit_caller(state, ledger, ledger.recovery,  # type: ignore[attr-defined]
                               CallerAdmission(scopes, budgets, charges, tokens, nonce, endpoint),
-                              AdmissionLimits(wait_s, ttl_s, 2.0, window_s))
+                              limits=AdmissionLimits(wait_s, ttl_s, 2.0, window_s))
 
 
 GROUP = QuotaGroup("g", max_concurrency=10, rpm=1000)
@@ -307,7 +307,7 @@ async def test_an_unused_preadmitted_endpoint_lease_is_released_by_finish_caller
     if charges:
         assert await state.counters((charges[0].key,)) == (TOKENS,)
     # The call fails before its first attempt: the pre-admitted lease is never taken.
-    await finish_caller(state, ledger, grant, None, tuple(0 for _ in charges))
+    await finish_caller(state, ledger, grant, None, actual_amounts=tuple(0 for _ in charges))
     assert grant.finished and grant.preadmitted is None
     for key in ("ep:e1", "qg:g", "caller:c"):
         usage = await state.usage(key)
@@ -315,7 +315,7 @@ async def test_an_unused_preadmitted_endpoint_lease_is_released_by_finish_caller
     assert (await state.usage("ep:e1")).rpm_used == 1  # counted once, never given back (RPM is spent)
     if charges:
         assert await state.counters((charges[0].key,)) == (0,)  # the reservation was refunded
-    await finish_caller(state, ledger, grant, None, tuple(0 for _ in charges))  # a second finish is a no-op
+    await finish_caller(state, ledger, grant, None, actual_amounts=tuple(0 for _ in charges))  # a second: no-op
     assert (await state.usage("ep:e1")).in_flight == 0
 
 
@@ -332,7 +332,7 @@ async def test_a_full_endpoint_takes_the_callers_part_alone(state, state_time, l
     caller, ep = await state.usage("caller:c"), await state.usage("ep:full")
     assert (caller.in_flight, caller.rpm_used) == (1, 1)
     assert (ep.in_flight, ep.rpm_used) == (1, 1)  # only the holder's: the refused joint step took nothing
-    await finish_caller(state, ledger, grant, None, (0,))
+    await finish_caller(state, ledger, grant, None, actual_amounts=(0,))
     await state.release(held.lease)
     assert (await state.usage("caller:c")).in_flight == 0 and (await state.usage("ep:full")).in_flight == 0
 
@@ -345,7 +345,7 @@ async def test_a_reservation_committed_after_its_window_proceeds_once_checked(st
     assert grant.lease is not None  # no rebuild read the ledger since its admission: counted
     assert ledger.reservations_late == (1 if state.shared else 0)  # only a shared backend asks
     assert await state.counters((budgets[0].key,)) == (TOKENS,)
-    await finish_caller(state, ledger, grant, None, (0,))
+    await finish_caller(state, ledger, grant, None, actual_amounts=(0,))
 
 
 async def test_a_cooling_endpoint_takes_the_callers_part_alone(state, state_time, ledger):
@@ -355,7 +355,7 @@ async def test_a_cooling_endpoint_takes_the_callers_part_alone(state, state_time
     assert grant.preadmitted is None and grant.lease is not None
     assert (await state.usage("caller:c")).rpm_used == 1
     assert (await state.usage("ep:e1")).rpm_used == 0 and (await state.usage("qg:g")).rpm_used == 0
-    await finish_caller(state, ledger, grant, None, ())
+    await finish_caller(state, ledger, grant, None, actual_amounts=())
     assert (await state.usage("caller:c")).in_flight == 0
 
 
@@ -368,7 +368,7 @@ async def test_take_preadmitted_only_for_a_model_served_by_it_and_only_once(stat
     assert pre is not None and pre.endpoint is EP
     assert grant.take_preadmitted(model) is None
     await state.release(pre.lease)  # the attempt loop releases what it took
-    await finish_caller(state, ledger, grant, None, ())
+    await finish_caller(state, ledger, grant, None, actual_amounts=())
     for key in ("ep:e1", "qg:g", "caller:c"):
         assert (await state.usage(key)).in_flight == 0, key
 
@@ -488,10 +488,10 @@ async def test_stopping_the_ledger_during_a_commit_loses_no_row(tmp_path: Path):
 
     try:
         ledger = BudgetLedger(engine, MemoryState(), flush_s=0.01)
-        ledger.settled("c1", "daily", "daily|c|c|total", 100, 0, 0)
+        ledger.settled("c1", "daily", "daily|c|c|total", 100, refund=0, overrun=0)
         ledger.start()
         await asyncio.wait_for(committing.wait(), 5)  # the writer's COMMIT is on its way
-        ledger.settled("c2", "daily", "daily|c|c|total", 200, 0, 0)  # a call settled meanwhile
+        ledger.settled("c2", "daily", "daily|c|c|total", 200, refund=0, overrun=0)  # a call settled meanwhile
         await asyncio.wait_for(ledger.stop(), 40)  # what a graceful shutdown does
         async with engine.connect() as conn:
             written = sorted(r.call_id for r in (await conn.execute(select(budget_ledger))).all())

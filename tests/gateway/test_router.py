@@ -26,7 +26,7 @@ def ep(name: str, **extra: Any) -> Endpoint:
 
 def firsts(pool: list[Endpoint], health: HealthBook, draws: int, seed: int = 7) -> Counter[str]:
     rng = random.Random(seed)
-    return Counter(order_candidates(pool, health, NOW, set(), rng)[0].name for _ in range(draws))
+    return Counter(order_candidates(pool, health, NOW, set(), rng=rng)[0].name for _ in range(draws))
 
 
 # ---- weights, load, determinism ---------------------------------------------------------------
@@ -38,15 +38,15 @@ def test_weights_spread_first_choices_in_proportion() -> None:
 def test_every_endpoint_of_the_tier_is_in_the_order_once() -> None:
     pool = [ep("a", weight=5), ep("b", weight=1), ep("c", weight=0.1)]
     for _ in range(50):
-        order = order_candidates(pool, HealthBook(), NOW, set(), random.Random())
+        order = order_candidates(pool, HealthBook(), NOW, set(), rng=random.Random())
         assert sorted(e.name for e in order) == ["a", "b", "c"]
 
 
 def test_the_same_seed_gives_the_same_order() -> None:
     pool = [ep(n, weight=w) for n, w in (("a", 1), ("b", 2), ("c", 3), ("d", 4))]
-    one = [[e.name for e in order_candidates(pool, HealthBook(), NOW, set(), rng)]
+    one = [[e.name for e in order_candidates(pool, HealthBook(), NOW, set(), rng=rng)]
            for rng in [random.Random(42)] for _ in range(20)]
-    two = [[e.name for e in order_candidates(pool, HealthBook(), NOW, set(), rng)]
+    two = [[e.name for e in order_candidates(pool, HealthBook(), NOW, set(), rng=rng)]
            for rng in [random.Random(42)] for _ in range(20)]
     assert one == two
 
@@ -70,7 +70,7 @@ def test_lower_priority_numbers_always_come_first_whatever_the_weight() -> None:
     pool = [ep("backup", priority=1, weight=100), ep("main-1", priority=0), ep("main-2", priority=0)]
     rng = random.Random(1)
     for _ in range(200):
-        order = [e.name for e in order_candidates(pool, HealthBook(), NOW, set(), rng)]
+        order = [e.name for e in order_candidates(pool, HealthBook(), NOW, set(), rng=rng)]
         assert sorted(order[:2]) == ["main-1", "main-2"] and order[2] == "backup"
 
 
@@ -79,10 +79,10 @@ def test_excluded_disabled_cooling_and_open_endpoints_are_left_out() -> None:
     health.cool_down("cooling", NOW + 60)
     health.failed("open", NOW)
     pool = [ep("tried"), ep("off", enabled=False), ep("cooling"), ep("open"), ep("ok", priority=5)]
-    order = order_candidates(pool, health, NOW, {"tried"}, random.Random(3))
+    order = order_candidates(pool, health, NOW, {"tried"}, rng=random.Random(3))
     assert [e.name for e in order] == ["ok"]
     # once the breaker's open time has passed, the half-open endpoint is offered again (one probe)
-    later = order_candidates(pool, health, NOW + 31, {"tried"}, random.Random(3))
+    later = order_candidates(pool, health, NOW + 31, {"tried"}, rng=random.Random(3))
     assert [e.name for e in later] == ["open", "ok"]
 
 
@@ -116,7 +116,7 @@ def test_a_pool_is_narrowed_to_the_endpoints_with_every_needed_capability() -> N
     assert capable_models([model], frozenset({"chat"})) == [model]  # all qualify: the model itself
     (narrowed,) = capable_models([model], frozenset({"chat", "tools"}))
     assert narrowed.name == "m" and narrowed.endpoints == (tooled,)
-    order = order_candidates(narrowed.endpoints, HealthBook(), NOW, set(), random.Random(0))
+    order = order_candidates(narrowed.endpoints, HealthBook(), NOW, set(), rng=random.Random(0))
     assert order == [tooled]
 
 

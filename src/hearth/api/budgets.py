@@ -43,7 +43,7 @@ async def list_budgets(request: Request, caller: str | None = None, tenant: str 
     who = await _scope_caller(request, caller)
     rt = runtime(request)
     try:
-        items = await budget_status(rt.gateway.registry, rt.state, rt.engine, who, tenant, user)
+        items = await budget_status(rt.gateway.registry, rt.state, rt.engine, who, tenant=tenant, user=user)
     except StateUnavailable as exc:
         raise HearthError("state_backend_unavailable", retry_after=2) from exc
     return ok(request, {"items": items})
@@ -59,8 +59,8 @@ def _period_start(period: str, now: datetime) -> datetime | None:
 
 @router.get("/usage", summary="Requests, tokens and cost for a period, from the request logs")
 async def usage(request: Request, caller: str | None = None, tenant: str | None = None, user: str | None = None,
-                period: Literal["day", "month", "total"] = Query(default="day")) -> Response:
+                *, period: Literal["day", "month", "total"] = Query(default="day")) -> Response:
     who = await _scope_caller(request, caller)
     now = datetime.now(UTC)
-    summary = await usage_summary(runtime(request).engine, _period_start(period, now), who, tenant, user)
+    summary = await usage_summary(runtime(request).engine, _period_start(period, now), who, tenant, user=user)
     return ok(request, {"caller": who, "tenant": tenant, "user": user, "period": period, **summary})

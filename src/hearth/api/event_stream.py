@@ -156,7 +156,7 @@ class EventStreamResponse(Response):
         started = _Started()
         frames = None
         try:
-            if self.relay is None and await self._open(scope, receive, send, timer, started) is None:
+            if self.relay is None and await self._open(scope, receive, send, timer, started=started) is None:
                 return  # the failure has been answered
             assert self.relay is not None
             frames = self.relay.frames()
@@ -200,7 +200,7 @@ class EventStreamResponse(Response):
                 await asyncio.sleep(0)  # let the server see the connection lost before we return
 
     async def _open(self, scope: Scope, receive: Receive, send: Send, timer: _StallTimer,
-                    started: _Started) -> RelayStream | None:
+                    *, started: _Started) -> RelayStream | None:
         """Await the stream being opened, with keep-alives past ``keepalive_s``; None if it failed
         (the failure answered: a JSON error if nothing was sent yet, else an SSE error event)."""
         assert self._opening is not None and self._headers_of is not None

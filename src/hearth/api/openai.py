@@ -52,7 +52,7 @@ def _end_user(request: Request, body: dict[str, Any]) -> str | None:
 
 
 def _context(request: Request, caller: Caller, body: dict[str, Any], route: str,
-             nonce: PendingNonce | None) -> CallContext:
+             *, nonce: PendingNonce | None) -> CallContext:
     tenant = request.headers.get("x-hearth-tenant")
     return CallContext(request_id=request_id(request), caller=caller, route=route,
                        end_user=_end_user(request, body), tenant=tenant[:256] if tenant else None,
@@ -69,7 +69,7 @@ async def chat_completions(request: Request) -> Response:
     body = parse_json_object(raw)
     validate_chat(body)
     gw = runtime(request).gateway
-    ctx = _context(request, caller, body, "chat", nonce)
+    ctx = _context(request, caller, body, "chat", nonce=nonce)
     if body.get("stream"):
         # opened by the response, which sends keep-alives if the first event is slow (see event_stream)
         return EventStreamResponse.opening(gw.open_stream(ctx, body), lambda: _call_headers(ctx),
@@ -104,7 +104,7 @@ async def embeddings(request: Request) -> Response:
     caller, raw, nonce = await authenticated_body(request)
     body = parse_json_object(raw)
     validate_embeddings(body)
-    ctx = _context(request, caller, body, "embeddings", nonce)
+    ctx = _context(request, caller, body, "embeddings", nonce=nonce)
     gw = runtime(request).gateway
     reply = await gw.embed(ctx, body)
     return Response(_public_reply(gw.registry, ctx, reply.body), media_type="application/json",

@@ -23,7 +23,7 @@ async def list_request_logs(
     caller: str | None = None,
     model: str | None = None,
     endpoint: str | None = None,
-    status: int | None = None,
+    *, status: int | None = None,
     error_code: str | None = None,
     request_id: str | None = None,
     route: str | None = None,
@@ -35,5 +35,5 @@ async def list_request_logs(
 ) -> Response:
     filters = {"caller": caller, "model": model, "endpoint": endpoint, "status": status, "error_code": error_code,
                "request_id": request_id, "route": route, "end_user": end_user}
-    total, items = await query_request_logs(runtime(request).engine, filters, since, until, limit, offset)
+    total, items = await query_request_logs(runtime(request).engine, filters, since, until, limit=limit, offset=offset)
     return ok(request, {"total": total, "limit": limit, "offset": offset, "items": items})

@@ -134,7 +134,7 @@ def _body_bytes(body: bytes) -> bytes:
     return bytes(body)
 
 
-def canonical_string(method: str, path_with_query: str, body: bytes, timestamp: str, nonce: str) -> str:
+def canonical_string(method: str, path_with_query: str, body: bytes, timestamp: str, *, nonce: str) -> str:
     """Build the string that is MACed: the five fields joined by ``"\\n"``.
 
     ``method`` is upper-cased (it must be an HTTP token). ``path_with_query`` must be the request
@@ -158,9 +158,9 @@ def canonical_string(method: str, path_with_query: str, body: bytes, timestamp: 
     return "\n".join((method.upper(), path_with_query, sha256_hex(_body_bytes(body)), timestamp, nonce))
 
 
-def sign(key: str | bytes, method: str, path_with_query: str, body: bytes, timestamp: str, nonce: str) -> str:
+def sign(key: str | bytes, method: str, path_with_query: str, body: bytes, *, timestamp: str, nonce: str) -> str:
     """Lowercase hex HMAC-SHA256 of the UTF-8 canonical string under ``key`` (``str`` keys as UTF-8)."""
-    canonical = canonical_string(method, path_with_query, body, timestamp, nonce)
+    canonical = canonical_string(method, path_with_query, body, timestamp, nonce=nonce)
     return hmac.new(_key_bytes(key), canonical.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
@@ -217,7 +217,7 @@ def signed_headers(
     if nonce is None:
         nonce = secrets.token_urlsafe(24)  # 24 random bytes -> 32 chars of [A-Za-z0-9_-]
     ts = str(timestamp)
-    signature = sign(key, method, _wire_path_with_query(url_or_path), body, ts, nonce)
+    signature = sign(key, method, _wire_path_with_query(url_or_path), body, timestamp=ts, nonce=nonce)
     return {HEADER_TIMESTAMP: ts, HEADER_NONCE: nonce, HEADER_SIGNATURE: signature}
 
 
@@ -308,7 +308,7 @@ async def verify_request(
 
     body_raw = _body_bytes(body)
     try:
-        canonical = canonical_string(method, path_with_query, body_raw, timestamp, nonce)
+        canonical = canonical_string(method, path_with_query, body_raw, timestamp, nonce=nonce)
     except ValueError as exc:
         raise SignatureError("signature_invalid", f"the request cannot carry a valid signature: {exc}") from None
     expected = hmac.new(key_raw, canonical.encode("utf-8"), hashlib.sha256).hexdigest()

@@ -53,7 +53,7 @@ class AttemptPolicy:
 
 
 async def run_with_fallback(call: Call, policy: AttemptPolicy, models: list[Model], default_route: bool,
-                            op: Op[T]) -> T:
+                            *, op: Op[T]) -> T:
     """The first model's attempts, then (default route only) its fallbacks'; the result of the
     attempt that succeeded — whose endpoint lease is then ``call.current``."""
     ctx = call.ctx
@@ -89,9 +89,9 @@ async def run_attempts(call: Call, policy: AttemptPolicy, model: Model, op: Op[T
         try:
             adm = pre or await admit(state, health, model.endpoints,
                                      lambda: order_candidates(model.endpoints, health, health.clock.now(), tried,
-                                                              policy.rng),
-                                     policy.tokens, ctx.deadline, policy.admission_wait_s,
-                                     call.deps.limits.lease_ttl_s)
+                                                              rng=policy.rng),
+                                     tokens=policy.tokens, deadline=ctx.deadline, wait_s=policy.admission_wait_s,
+                                     lease_ttl_s=call.deps.limits.lease_ttl_s)
         except HearthError:
             if last is None:
                 raise

@@ -62,7 +62,7 @@ class Applicable:
 
 
 def applicable_budgets(registry: Registry, caller: Caller, tenant: str | None, user: str | None,
-                       now: datetime) -> list[Applicable]:
+                       *, now: datetime) -> list[Applicable]:
     out: list[Applicable] = []
     for b in registry.budgets:
         if b.caller not in ("*", caller.name):
@@ -113,7 +113,7 @@ def reservation_charges(budgets: Sequence[Applicable], tokens: int, money: int,
 
 
 def actual_amounts(budgets: Sequence[Applicable], registry: Registry, endpoint: Endpoint | None, model: str | None,
-                   prompt_tokens: int, completion_tokens: int) -> tuple[int, ...]:
+                   *, prompt_tokens: int, completion_tokens: int) -> tuple[int, ...]:
     price = registry.price_for(endpoint, model or "") if endpoint is not None else None
     money = micro_cost(price, prompt_tokens, completion_tokens)
     return tuple(prompt_tokens + completion_tokens if a.budget.unit == "tokens" else money for a in budgets)

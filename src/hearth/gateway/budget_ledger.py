@@ -136,7 +136,7 @@ class BudgetLedger:
             return
         self.superseded += 1
         for c in charges:  # the rebuilt counters never held it: the ledger gives it back too
-            self.settled(call_id, c.budget, c.counter_key, 0, c.amount, 0)
+            self.settled(call_id, c.budget, c.counter_key, 0, refund=c.amount, overrun=0)
         raise ReservationSuperseded(call_id)
 
     async def _counted_after(self, call_id: str, admitted_under: Epoch) -> bool:
@@ -221,7 +221,7 @@ class BudgetLedger:
                 await conn.close()
 
     # ---- settlements: asynchronous ---------------------------------------------------------------------
-    def settled(self, call_id: str, budget: str, counter_key: str, charged: int, refund: int, overrun: int,
+    def settled(self, call_id: str, budget: str, counter_key: str, charged: int, *, refund: int, overrun: int,
                 epoch: str = "") -> None:
         """Record a settlement the state backend applied (under ``epoch``): ``charged`` is the real
         cost — more than reserved when ``overrun`` > 0, never capped."""

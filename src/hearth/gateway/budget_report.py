@@ -23,7 +23,7 @@ def _amount(budget: Budget, value: int) -> float | int:
 
 
 async def budget_status(registry: Registry, state: StateBackend, engine: AsyncEngine, caller: str | None,
-                        tenant: str | None, user: str | None) -> list[dict[str, Any]]:
+                        *, tenant: str | None, user: str | None) -> list[dict[str, Any]]:
     now = utc_now()
     rows: list[tuple[Budget, str, str, str]] = []
     callers = [caller] if caller else sorted(registry.callers_by_name)

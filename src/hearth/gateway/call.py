@@ -68,7 +68,7 @@ class Call:
     # ---- taking ----------------------------------------------------------------------------------------
     async def admit_caller(self, want: CallerAdmission) -> None:
         self.grant = await admit_caller(self.deps.state, self.deps.ledger, self.deps.recovery, want,
-                                        self.deps.limits)
+                                        limits=self.deps.limits)
         self.ctx.budget_left = self.grant.remaining
         self._schedule_renewal()
 
@@ -160,8 +160,9 @@ class Call:
         try:
             if grant is not None:
                 prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
-                amounts = actual_amounts(grant.budgets, deps.registry, ctx.endpoint, ctx.model, prompt, completion)
-                await finish_caller(deps.state, deps.ledger, grant, tokens, amounts, also)
+                amounts = actual_amounts(grant.budgets, deps.registry, ctx.endpoint, ctx.model,
+                                         prompt_tokens=prompt, completion_tokens=completion)
+                await finish_caller(deps.state, deps.ledger, grant, tokens, actual_amounts=amounts, also_release=also)
                 ctx.budget_left = grant.remaining
             elif also:
                 try:

@@ -62,7 +62,7 @@ def _scope(key: str, limits: LimitSet, stream: bool) -> list[Scope]:
 
 
 def caller_scopes(caller: Caller, tenant: str | None, user: str | None, ip: str | None,
-                  stream: bool) -> tuple[Scope, ...]:
+                  *, stream: bool) -> tuple[Scope, ...]:
     lim = caller.limits
     scopes = _scope(f"caller:{caller.name}", lim.caller, stream)
     if tenant:
@@ -108,7 +108,7 @@ class AdmissionLimits:
 
 
 async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: StateRecovery, want: CallerAdmission,
-                       limits: AdmissionLimits) -> CallerGrant:
+                       *, limits: AdmissionLimits) -> CallerGrant:
     """Take every limit and budget reservation (and claim a signed request's nonce) in one step.
 
     With ``want.endpoint`` that endpoint's slots are tried in the same step; if only the endpoint
@@ -129,8 +129,9 @@ async def admit_caller(state: StateBackend, ledger: BudgetLedger, recovery: Stat
         known = state.epoch
         sent = time.monotonic()
         try:
-            result = await state.acquire(call_id, want.scopes + extra, want.tokens, limits.lease_ttl_s, cooldowns,
-                                         charges, once, deadline=time.time() + limits.state_timeout_s,
+            result = await state.acquire(call_id, want.scopes + extra, want.tokens, limits.lease_ttl_s,
+                                         cooldown_keys=cooldowns,
+                                         budgets=charges, once=once, deadline=time.time() + limits.state_timeout_s,
                                          check_epoch=check_epoch)
         except StateUnavailable as exc:
             raise HearthError("state_backend_unavailable", retry_after=2) from exc
@@ -183,20 +184,20 @@ async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: Caller
     except ReservationNotDurable as exc:
         # Certainly not written: refund. Perhaps written (the commit itself failed or timed out): it
         # stays spent, as the sweeper will record it — the counters and the ledger then agree.
-        await finish_caller(state, ledger, grant, None, () if exc.uncertain else (0,) * len(rows),
+        await finish_caller(state, ledger, grant, None, actual_amounts=() if exc.uncertain else (0,) * len(rows),
                             settle=not exc.uncertain, record=False)
         raise HearthError("budget_ledger_unavailable", retry_after=2) from exc
     except ReservationSuperseded as exc:  # the rebuilt counters never held it (and the ledger refunded it)
-        await finish_caller(state, ledger, grant, None, (), settle=False)
+        await finish_caller(state, ledger, grant, None, actual_amounts=(), settle=False)
         raise HearthError("state_backend_reset", retry_after=1) from exc
     except asyncio.CancelledError:  # the caller left; the commit may still land: leave it spent
-        await asyncio.shield(finish_caller(state, ledger, grant, None, (), settle=False))
+        await asyncio.shield(finish_caller(state, ledger, grant, None, actual_amounts=(), settle=False))
         raise
 
 
 async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: CallerGrant, actual_tokens: int | None,
-                        actual_amounts: tuple[int, ...],
-                        also_release: tuple[tuple[Lease, int | None], ...] = (), *, settle: bool = True,
+                        *, actual_amounts: tuple[int, ...],
+                        also_release: tuple[tuple[Lease, int | None], ...] = (), settle: bool = True,
                         record: bool = True) -> None:
     """Release the caller's slots and settle its budgets once (with ``also_release`` — the endpoint's
     lease — in the same round trip). ``actual_amounts`` is the real cost per budget, charged in full
@@ -233,5 +234,5 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
         if overrun:
             log.error("budget_overrun", budget=a.budget.name, call_id=grant.call_id, reserved=c.amount,
                       actual=actual, alert=True)
-        ledger.settled(grant.call_id, a.budget.name, c.key, actual, max(0, c.amount - actual), overrun,
-                       lease.settled_epoch)
+        ledger.settled(grant.call_id, a.budget.name, c.key, actual, refund=max(0, c.amount - actual), overrun=overrun,
+                       epoch=lease.settled_epoch)

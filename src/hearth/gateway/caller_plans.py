@@ -35,7 +35,7 @@ class AdmissionPlans:
         self._registry: Registry | None = None
         self._plans: dict[tuple[object, ...], AdmissionPlan] = {}
 
-    def get(self, registry: Registry, caller: Caller, tenant: str | None, user: str | None, ip: str | None,
+    def get(self, registry: Registry, caller: Caller, tenant: str | None, user: str | None, *, ip: str | None,
             stream: bool, models: tuple[str, ...]) -> AdmissionPlan:
         if registry is not self._registry or len(self._plans) >= self._max:
             self._plans.clear()
@@ -45,8 +45,8 @@ class AdmissionPlans:
         plan = self._plans.get(key)
         if plan is None:
             now = datetime.fromtimestamp(minute * 60, UTC)
-            plan = AdmissionPlan(caller_scopes(caller, tenant, user, ip, stream),
-                                 tuple(applicable_budgets(registry, caller, tenant, user, now)),
+            plan = AdmissionPlan(caller_scopes(caller, tenant, user, ip, stream=stream),
+                                 tuple(applicable_budgets(registry, caller, tenant, user, now=now)),
                                  highest_price(registry, models))
             self._plans[key] = plan
         return plan

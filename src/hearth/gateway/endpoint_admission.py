@@ -50,12 +50,12 @@ def first_choice(model: Model, health: HealthBook, rng: random.Random) -> Endpoi
     the common case costs one round trip instead of two; anything unusual (cooldown, a half-open
     probe, a full endpoint) goes the ordinary way through :func:`admit`."""
     now = health.clock.now()
-    choices = order_candidates(model.endpoints, health, now, set(), rng)
+    choices = order_candidates(model.endpoints, health, now, set(), rng=rng)
     return choices[0] if choices and health.closed(choices[0].name, now) else None
 
 
 async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, ...],
-                candidates: Callable[[], list[Endpoint]], tokens: int, deadline: float, wait_s: float,
+                candidates: Callable[[], list[Endpoint]], *, tokens: int, deadline: float, wait_s: float,
                 lease_ttl_s: float) -> Admitted:
     """Lease one endpoint from ``candidates()`` (re-evaluated after each wait), in its order."""
     give_up = min(deadline, time.monotonic() + wait_s)
@@ -68,7 +68,7 @@ async def admit(state: StateBackend, health: HealthBook, pool: tuple[Endpoint, .
         for ep in choices:
             try:
                 result = await state.acquire(new_id(), scopes_for(ep), tokens, lease_ttl_s,
-                                             (cooldown_key(ep),))
+                                             cooldown_keys=(cooldown_key(ep),))
             except StateUnavailable as exc:
                 raise HearthError("state_backend_unavailable", retry_after=2) from exc
             if result.lease is not None:

@@ -30,7 +30,7 @@ def _score(ep: Endpoint, health: HealthBook, now: float, tier_latency: float) ->
 
 
 def order_candidates(pool: Iterable[Endpoint], health: HealthBook, now: float, exclude: set[str],
-                     rng: random.Random) -> list[Endpoint]:
+                     *, rng: random.Random) -> list[Endpoint]:
     """The endpoints of ``pool`` to try, best first: enabled, not in ``exclude``, routable by ``health``
     at ``now``; lower priority tiers first, a weighted draw without replacement within a tier."""
     draw = rng.random

@@ -89,7 +89,7 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
                 return await self.providers[ep.kind].chat(ep, body, timeout_s, headers=ctx.headers)
 
-            reply = await self._run(call, route, models, estimate, self._bound(body), op)
+            reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op)
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -103,7 +103,7 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
                 return await self.providers[ep.kind].embeddings(ep, body, timeout_s, headers=ctx.headers)
 
-            reply = await self._run(call, route, models, estimate, self._bound(body), op, completion=0)
+            reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op, completion=0)
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -121,7 +121,7 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> Any:
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s, headers=ctx.headers)
 
-            upstream = await self._run(call, route, models, estimate, self._bound(body), op)
+            upstream = await self._run(call, route, models, estimate, bound=self._bound(body), op=op)
         except BaseException as exc:
             await call.fail(exc)
             raise
@@ -165,27 +165,28 @@ class Gateway:
             body = {**body, "max_tokens": route.effective_max_tokens}
         return route, models, body
 
-    async def _run(self, call: Call, route: Route, models: list[Model], estimate: int, bound: int, op: Op[T],
+    async def _run(self, call: Call, route: Route, models: list[Model], estimate: int, *, bound: int, op: Op[T],
                    completion: int | None = None) -> T:
         """Caller admission, then the attempts (the successful one's lease stays with ``call``)."""
         reserve = completion if completion is not None else (
             route.effective_max_tokens or DEFAULT_COMPLETION_RESERVATION)
-        await self._admit_caller(call, route, estimate, bound, reserve, models[0])
+        await self._admit_caller(call, route, estimate, bound, reserve=reserve, first=models[0])
         attempts = self.settings.max_attempts
         if call.ctx.max_attempts is not None:
             attempts = min(attempts, call.ctx.max_attempts)
         policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + reserve, self.rng,
                                self.on_auth_failure)
-        return await run_with_fallback(call, policy, models, route.default_route, op)
+        return await run_with_fallback(call, policy, models, route.default_route, op=op)
 
-    async def _admit_caller(self, call: Call, route: Route, estimate: int, bound: int, reserve: int,
+    async def _admit_caller(self, call: Call, route: Route, estimate: int, bound: int, *, reserve: int,
                             first: Model) -> None:
         """Limits are charged the estimate; budgets the upper bound of what the call can cost."""
         ctx = call.ctx
         caller = ctx.caller
         if caller is None:
             return
-        plan = self.plans.get(self.registry, caller, ctx.tenant, ctx.end_user, ctx.client_ip, ctx.stream, route.models)
+        plan = self.plans.get(self.registry, caller, ctx.tenant, ctx.end_user, ip=ctx.client_ip, stream=ctx.stream,
+                              models=route.models)
         money = micro_cost(plan.price, bound, reserve)
         ctx.estimated_cost = money / MICRO  # what a budget reserves: the most this call can cost
         if not plan.scopes and not plan.budgets and ctx.pending_nonce is None:

@@ -283,7 +283,7 @@ _FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id",
 
 
 async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since: datetime | None,
-                             until: datetime | None, limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
+                             until: datetime | None, *, limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
     conds = [request_logs.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
     if since is not None:
         conds.append(request_logs.c.created_at >= since)
@@ -306,7 +306,7 @@ async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since
 
 
 async def usage_summary(engine: AsyncEngine, since: datetime | None, caller: str | None, tenant: str | None,
-                        user: str | None) -> dict[str, Any]:
+                        *, user: str | None) -> dict[str, Any]:
     """Totals over request logs: requests, errors, tokens and cost, optionally per caller/tenant/user."""
     t = request_logs
     conds = []

@@ -153,7 +153,7 @@ class OpenAICompatProvider:
         return h
 
     async def _json_call(self, path: str, ep: Endpoint, body: dict[str, Any], timeout_s: float,
-                         exchange: HeaderExchange | None) -> UpstreamReply:
+                         *, exchange: HeaderExchange | None) -> UpstreamReply:
         payload = orjson.dumps({**_with_output_limit_field(ep, body), "model": ep.upstream_model})
         headers, answered = exchange_headers(ep, self._headers(ep), exchange)
         raw = await self._http.call(ep.base_url + path, payload, headers, timeout_s=timeout_s,
@@ -168,11 +168,11 @@ class OpenAICompatProvider:
 
     async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
                    headers: HeaderExchange | None = None) -> UpstreamReply:
-        return await self._json_call("/chat/completions", ep, body, timeout_s, headers)
+        return await self._json_call("/chat/completions", ep, body, timeout_s, exchange=headers)
 
     async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
                          headers: HeaderExchange | None = None) -> UpstreamReply:
-        return await self._json_call("/embeddings", ep, body, timeout_s, headers)
+        return await self._json_call("/embeddings", ep, body, timeout_s, exchange=headers)
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
                           idle_timeout_s: float, *, headers: HeaderExchange | None = None) -> OpenAIStream:

@@ -76,7 +76,7 @@ class ApplyReport:
 
 
 async def _upsert(conn: AsyncConnection, table: Table, key: dict[str, Any], values: dict[str, Any],
-                  label: str, report: ApplyReport) -> None:
+                  *, label: str, report: ApplyReport) -> None:
     cond = [table.c[k] == v for k, v in key.items()]
     row = (await conn.execute(select(table).where(*cond))).mappings().first()
     now = datetime.now(UTC)
@@ -130,22 +130,22 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault,
             await _upsert(conn, providers, {"name": p.name},
                           {"kind": p.kind, "base_url": p.base_url, "enabled": p.enabled,
                            "forward_headers": p.forward_headers, "relay_ratelimit_headers": p.relay_ratelimit_headers},
-                          f"provider:{p.name}", report)
+                          label=f"provider:{p.name}", report=report)
         for q in spec.quota_groups:
             await _upsert(conn, quota_groups, {"name": q.name},
-                          q.model_dump(exclude={"name"}), f"quota_group:{q.name}", report)
+                          q.model_dump(exclude={"name"}), label=f"quota_group:{q.name}", report=report)
         for e in spec.endpoints:
-            await _check_exists(conn, providers, e.provider, "provider", e.name)
+            await _check_exists(conn, providers, e.provider, "provider", owner=e.name)
             if e.quota_group:
-                await _check_exists(conn, quota_groups, e.quota_group, "quota group", e.name)
+                await _check_exists(conn, quota_groups, e.quota_group, "quota group", owner=e.name)
             await _apply_endpoint(conn, e, vault, report)
         for m in spec.models:
             for ep in m.endpoints:
-                await _check_exists(conn, endpoints, ep, "endpoint", m.name)
+                await _check_exists(conn, endpoints, ep, "endpoint", owner=m.name)
             await _upsert(conn, models, {"name": m.name},
                           {"description": m.description, "kind": m.kind, "enabled": m.enabled,
                            "expose_upstream_model": m.expose_upstream_model},
-                          f"model:{m.name}", report)
+                          label=f"model:{m.name}", report=report)
             current = set((await conn.execute(select(model_pool_members.c.endpoint).where(
                 model_pool_members.c.model == m.name))).scalars())
             wanted = set(m.endpoints)
@@ -157,17 +157,17 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault,
                     report.updated.append(f"model:{m.name}")
         for pr in spec.prices:
             await _upsert(conn, prices, {"model": pr.model}, pr.model_dump(exclude={"model"}),
-                          f"price:{pr.model}", report)
+                          label=f"price:{pr.model}", report=report)
         for sc in spec.scenes:
             for model_name in sorted({sc.default_model, *sc.allowed_models, *sc.fallback_models}):
-                await _check_exists(conn, models, model_name, "model", sc.name)
+                await _check_exists(conn, models, model_name, "model", owner=sc.name)
             await _upsert(conn, scenes, {"name": sc.name},
                           {"default_model": sc.default_model, "allowed_models": sc.allowed_models,
                            "max_tokens_cap": sc.max_tokens_cap, "fallback_models": sc.fallback_models,
-                           "enabled": sc.enabled}, f"scene:{sc.name}", report)
+                           "enabled": sc.enabled}, label=f"scene:{sc.name}", report=report)
         for c in spec.callers:
             if c.default_scene is not None:
-                await _check_exists(conn, scenes, c.default_scene, "scene", c.name)
+                await _check_exists(conn, scenes, c.default_scene, "scene", owner=c.name)
             try:
                 outcome = await upsert_caller(conn, c, vault)
             except ValueError as exc:
@@ -180,12 +180,12 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault,
                 report.unchanged += 1
         for b in spec.budgets:
             if b.caller != "*":
-                await _check_exists(conn, callers_table, b.caller, "caller", b.name)
+                await _check_exists(conn, callers_table, b.caller, "caller", owner=b.name)
             limit = round(b.limit * MICRO) if b.unit == "money" else round(b.limit)
             await _upsert(conn, budgets, {"name": b.name},
                           {"caller": b.caller, "scope": b.scope, "subject": b.subject, "period": b.period,
                            "unit": b.unit, "limit_amount": limit, "enabled": b.enabled, "estimate": b.estimate},
-                          f"budget:{b.name}", report)
+                          label=f"budget:{b.name}", report=report)
         # Before committing: every stored secret must open under this vault. A process started with the
         # wrong master key is refused here, with nothing written, rather than after committing its apply.
         await check_secrets_readable(conn, vault)
@@ -217,7 +217,7 @@ async def _apply_endpoint(conn: AsyncConnection, e: EndpointSpec, vault: KeyVaul
                                                   disabled_at=row["disabled_at"])
     resolution = resolve(stored, file_enabled=e.enabled, new_key=new_key, now=datetime.now(UTC))
     values.update(resolution.values)
-    await _upsert(conn, endpoints, {"name": e.name}, values, label, report)
+    await _upsert(conn, endpoints, {"name": e.name}, values, label=label, report=report)
     if resolution.outcome == "kept_disabled":
         assert stored is not None and stored.disabled_by is not None
         report.kept_disabled.append(KeptDisabled(label, stored.disabled_reason or "", stored.disabled_by))
@@ -288,7 +288,7 @@ async def rotate_master_key(engine: AsyncEngine, vault: KeyVault, *, dry_run: bo
                 await tx.rollback()
     return report
 
-async def _check_exists(conn: AsyncConnection, table: Table, name: str, label: str, owner: str) -> None:
+async def _check_exists(conn: AsyncConnection, table: Table, name: str, label: str, *, owner: str) -> None:
     found = (await conn.execute(select(table.c.name).where(table.c.name == name))).first()
     if found is None:
         raise HearthError("invalid_request", f"{owner!r} refers to unknown {label} {name!r}",

@@ -144,8 +144,8 @@ class StateBackend(Protocol):
         ...
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
-                      once: tuple[tuple[str, float], ...] = (), *, deadline: float = 0.0,
+                      *, cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
+                      once: tuple[tuple[str, float], ...] = (), deadline: float = 0.0,
                       check_epoch: bool = False) -> AcquireResult:
         """All scopes, budget charges and one-time claims (``once``: key, TTL — as :meth:`claim_once`)
         are taken together, or nothing is; an already claimed key refuses with limit ``once``.

@@ -97,8 +97,8 @@ class MemoryState:
         return self.epoch.lost_at if self.epoch is not None else None
 
     async def acquire(self, lease_id: str, scopes: tuple[Scope, ...], tokens: int, ttl_s: float,
-                      cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
-                      once: tuple[tuple[str, float], ...] = (), *, deadline: float = 0.0,
+                      *, cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
+                      once: tuple[tuple[str, float], ...] = (), deadline: float = 0.0,
                       check_epoch: bool = False) -> AcquireResult:
         now = self._clock.now()
         if deadline and now > deadline:

@@ -132,7 +132,7 @@ async def insert_isolating(engine: AsyncEngine, table: Table, rows: Sequence[dic
     if refused:
         log.warning("batch_rows_refused", writer=writer, table=table.name, rows=len(refused),
                     error=type(refused[0][1]).__name__)
-        dead, lost, again = await _dead_letter(engine, table, refused, writer, row_key)
+        dead, lost, again = await _dead_letter(engine, table, refused, writer, row_key=row_key)
         if again:
             retry = again + retry
     if retry:
@@ -177,7 +177,7 @@ def _kind(exc: BaseException) -> str:
 
 
 async def _dead_letter(engine: AsyncEngine, table: Table, refused: list[tuple[dict[str, Any], BaseException]],
-                       writer: str, row_key: str) -> tuple[int, int, list[dict[str, Any]]]:
+                       writer: str, *, row_key: str) -> tuple[int, int, list[dict[str, Any]]]:
     """Record refused rows in ``dead_rows``: (recorded, lost, handed back because the database is unavailable)."""
     now = datetime.now(UTC)
     entries = [{"writer": writer[:32], "row_key": _key(row.get(row_key)), "error": describe_error(exc),

@@ -596,7 +596,7 @@ class FakeUpstream:
             self._stats.disconnects += 1
 
     async def _write_events(
-        self, request: web.Request, behavior: FakeBehavior, events: list[bytes], cut_at: int | None, seq: int
+        self, request: web.Request, behavior: FakeBehavior, events: list[bytes], cut_at: int | None, *, seq: int
     ) -> tuple[web.StreamResponse, bool]:
         """Stream ``events``; with ``cut_at`` close the connection after that many.
 
@@ -661,7 +661,7 @@ class FakeUpstream:
             }
             events.append(b"data: " + orjson.dumps(final) + b"\n\n")
         events.append(_DONE)
-        return await self._stream(request, behavior, events, 1, n, seq)
+        return await self._stream(request, behavior, events, 1, n=n, seq=seq)
 
     async def _messages(
         self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int
@@ -688,7 +688,7 @@ class FakeUpstream:
             return web.Response(body=orjson.dumps(message), headers=_JSON_HEADERS), True
         start = _sse({"type": "message_start", "message": message}, "message_start")
         events = [start, *self._templates.anthropic(n, stop_reason)]
-        return await self._stream(request, behavior, events, 3, n, seq)
+        return await self._stream(request, behavior, events, 3, n=n, seq=seq)
 
     async def _stream(
         self,
@@ -696,7 +696,7 @@ class FakeUpstream:
         behavior: FakeBehavior,
         events: list[bytes],
         first_content: int,
-        n: int,
+        *, n: int,
         seq: int,
     ) -> tuple[web.StreamResponse, bool]:
         """Apply the stream knobs to events whose content events are
@@ -711,7 +711,7 @@ class FakeUpstream:
             events = [*events[:at], _GARBAGE_EVENT, *events[at:]]
             if cut_at is not None and cut_at >= at:
                 cut_at += 1
-        return await self._write_events(request, behavior, events, cut_at, seq)
+        return await self._write_events(request, behavior, events, cut_at, seq=seq)
 
     async def _embeddings(
         self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int
