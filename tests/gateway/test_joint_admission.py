@@ -32,6 +32,7 @@ from hearth.state.base import Scope, ScopeUsage
 from hearth.state.memory import MemoryState
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger
+from hearth.testing.fake_clock import RunningClock
 from hearth.testing.fake_upstream import FakeBehavior, prompt_tokens_for
 from hearth.testing.server_thread import free_port
 from tests.support import ADMIN, AUTH, REDIS_URL, chat_body, gateway_registry, ledger_summary
@@ -93,6 +94,9 @@ def hearth(hearth_server: Any) -> Iterator[Callable[..., Any]]:
 
     def start(registry: dict[str, Any], **settings: Any) -> Any:
         server = hearth_server(registry, **settings)
+        # RPM counts in one-minute windows: the server's state backend starts the test at the
+        # beginning of a minute (time still flows), so no count straddles a window's end.
+        server.runtime.state.clock = RunningClock.at_minute_start()
         started.append(server)
         return server
 
@@ -100,13 +104,6 @@ def hearth(hearth_server: Any) -> Iterator[Callable[..., Any]]:
     for server in started:
         server.call(server.runtime.ledger.flush())
         server.call(server.runtime.log_writer.flush())
-
-
-async def _away_from_minute_edge(margin_s: float) -> None:
-    """RPM counts in one-minute windows: don't start counting just before a window ends."""
-    left = 60 - time.time() % 60
-    if left < margin_s:
-        await asyncio.sleep(left + 0.1)
 
 
 async def _chat(http: Any, server: Any) -> Any:
@@ -133,7 +130,6 @@ async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float = 3.0) -
 @BACKENDS
 async def test_governed_calls_release_everything_and_count_rpm_once_per_scope(
         backend, fake, hearth, http, request, tmp_path: Path):
-    await _away_from_minute_edge(8.0)
     db = f"sqlite+aiosqlite:///{tmp_path}/joint.db"
     # The endpoint is narrower than the caller, so some joint attempts find it full and go the ordinary way.
     registry = _registry([_ep("a", fake.base_url, max_concurrency=3)],
@@ -169,7 +165,6 @@ async def test_governed_calls_release_everything_and_count_rpm_once_per_scope(
 @BACKENDS
 async def test_endpoint_full_the_second_call_waits_in_ordinary_admission_and_spends_one_rpm(
         backend, fake, hearth, http, request):
-    await _away_from_minute_edge(8.0)
     registry = _registry([_ep("a", fake.base_url, max_concurrency=1)],
                          limits={"caller": {"concurrency": 2, "rpm": 100}})
     server = hearth(registry, limit_wait_s=0, admission_wait_s=10, **_backend(backend, request))
@@ -220,7 +215,6 @@ async def test_endpoint_full_the_second_call_waits_in_ordinary_admission_and_spe
 @BACKENDS
 async def test_failover_from_a_500_first_choice_frees_both_endpoints_and_charges_the_budget_once(
         backend, fake, fake2, hearth, http, request, tmp_path: Path):
-    await _away_from_minute_edge(8.0)
     db = f"sqlite+aiosqlite:///{tmp_path}/joint.db"
     # `a` has the better priority: it is the first choice, admitted jointly with the caller.
     registry = _registry([_ep("a", fake.base_url, priority=0), _ep("b", fake2.base_url, priority=1)],
@@ -338,7 +332,6 @@ async def test_a_full_endpoint_takes_the_callers_part_alone(state, state_time, l
 
 
 async def test_a_reservation_committed_after_its_window_proceeds_once_checked(state, ledger):
-    await _away_from_minute_edge(3.0)
     scopes, budgets, _ = _governed("limits+budget")
     charges = reservation_charges(budgets, TOKENS, 0)
     grant = await _admit(state, ledger, scopes, budgets, charges, TOKENS, 0.0, 30.0, window_s=0.0)

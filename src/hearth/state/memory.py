@@ -24,13 +24,14 @@ from hearth.state.quota_day import QuotaDay
 
 
 class MemoryState:
-    """``clock`` decides windows, lease and reservation expiry, cooldowns (tests pass a fake one)."""
+    """``clock`` decides windows, lease and reservation expiry, cooldowns (tests pass a fake one, or
+    swap :attr:`clock` in a running server)."""
 
     name = "memory"
     shared = False
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK, quota_day: QuotaDay | None = None) -> None:
-        self._clock = clock
+        self.clock = clock
         self._quota_day = quota_day or QuotaDay()
         self._daily: dict[tuple[str, int], int] = {}  # (scope, end of its quota day) -> tokens counted
         self._leases: dict[str, dict[str, float]] = defaultdict(dict)  # scope -> lease_id -> expiry
@@ -100,7 +101,7 @@ class MemoryState:
                       *, cooldown_keys: tuple[str, ...] = (), budgets: tuple[BudgetCharge, ...] = (),
                       once: tuple[tuple[str, float], ...] = (), deadline: float = 0.0,
                       check_epoch: bool = False) -> AcquireResult:
-        now = self._clock.now()
+        now = self.clock.now()
         if deadline and now > deadline:
             return AcquireResult(refusal=Refusal("deadline", "late"))
         if check_epoch and (self.epoch is None or self.epoch != self._epoch_installed):
@@ -198,7 +199,7 @@ class MemoryState:
         for other, tokens in also_release:
             await self.release(other, tokens)
         await self.release(lease, actual_tokens)
-        now = self._clock.now()
+        now = self.clock.now()
         until = self._once.pop(reservation_key(lease.lease_id), None)
         if until is None or until <= now:
             return False  # settled before, or the reservation outlived its TTL: it stays spent
@@ -217,7 +218,7 @@ class MemoryState:
             await self.release(lease, tokens)
 
     async def renew(self, leases: tuple[Lease, ...], ttl_s: float) -> None:
-        now = self._clock.now()
+        now = self.clock.now()
         for lease in leases:
             if lease.released:
                 continue
@@ -229,7 +230,7 @@ class MemoryState:
                 self._claim(reservation_key(lease.lease_id), now + ttl_s)
 
     async def counters(self, keys: tuple[str, ...]) -> tuple[int, ...]:
-        now = self._clock.now()
+        now = self.clock.now()
         return tuple(self._counters[k] if self._live(k, now) else 0 for k in keys)
 
     async def adjust_counters(self, deltas: dict[str, int]) -> None:
@@ -243,7 +244,7 @@ class MemoryState:
     async def install_epoch(self, epoch: Epoch, counters: dict[str, tuple[int, float]],
                             open_reservations: tuple[str, ...], reservation_ttl_s: float) -> Epoch:
         if self._epoch_installed is None:
-            now = self._clock.now()
+            now = self.clock.now()
             for key, (value, ttl) in counters.items():
                 self._counters[key] = value
                 if ttl:
@@ -255,7 +256,7 @@ class MemoryState:
         return self._epoch_installed
 
     async def claim_once(self, key: str, ttl_s: float) -> bool:
-        now = self._clock.now()
+        now = self.clock.now()
         if self._claimed(key, now):
             return False
         self._claim(key, now + ttl_s)
@@ -271,13 +272,13 @@ class MemoryState:
             self._waiting -= 1
 
     async def set_cooldown(self, key: str, seconds: float) -> None:
-        self._cooldowns[key] = self._clock.now() + seconds
+        self._cooldowns[key] = self.clock.now() + seconds
 
     async def clear_cooldown(self, key: str) -> None:
         self._cooldowns.pop(key, None)
 
     async def usage(self, scope_key: str) -> ScopeUsage:
-        now = self._clock.now()
+        now = self.clock.now()
         window = minute_window(now)
         until = self._cooldowns.get(scope_key, 0.0)
         return ScopeUsage(in_flight=len(self._expire(scope_key, now)), rpm_used=self._rpm.get((scope_key, window), 0),

@@ -53,7 +53,7 @@ class RedisState:
                  quota_day: QuotaDay | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         # ``clock`` only names the windows a script counts in (the minute, the quota day); the scripts
         # judge expiry and Retry-After by Redis's own TIME. Tests pass a fake one to cross a boundary.
-        self._clock = clock
+        self.clock = clock
         self._quota_day = quota_day or QuotaDay()
         self._redis = RespClient(url, connect_timeout_s=1.0, command_timeout_s=command_timeout_s)
         self.command_timeout_s = command_timeout_s
@@ -79,7 +79,7 @@ class RedisState:
                       check_epoch: bool = False) -> AcquireResult:
         if budgets:
             once = (*once, (reservation_key(lease_id), ttl_s))
-        now = self._clock.now() + self.clock_offset_s
+        now = self.clock.now() + self.clock_offset_s
         day = self._quota_day.end(now) if any(s.daily_tokens for s in scopes) else 0
         expected = ""
         if check_epoch:
@@ -260,7 +260,7 @@ class RedisState:
             seconds, micros = await self._redis.execute("TIME")
             now = int(seconds) + int(micros) / 1e6
             window = minute_window(now)
-            day = self._quota_day.end(self._clock.now() + self.clock_offset_s)  # as acquire names it
+            day = self._quota_day.end(self.clock.now() + self.clock_offset_s)  # as acquire names it
             zc, rpm, tpm, cd, daily = await self._redis.execute_many(
                 ("ZCOUNT", self._k.concurrency(scope_key), now * 1000, "+inf"),
                 ("GET", self._k.rpm(scope_key, window)),

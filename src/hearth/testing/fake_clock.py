@@ -34,3 +34,22 @@ class FakeClock:
             if when < self._now:
                 raise ValueError("a clock does not go backwards")
             self._now = when
+
+
+class RunningClock:
+    """Wall-clock seconds at real speed, from a chosen instant: time flows (leases expire, latencies
+    are real) but a test decides where it stands in a window.
+
+    :meth:`at_minute_start` puts it at the beginning of the current minute, never ahead of real time,
+    so a test counting per-minute limits has the whole minute and need not wait for the next one."""
+
+    def __init__(self, start: float) -> None:
+        self._start = start
+        self._t0 = time.monotonic()
+
+    @classmethod
+    def at_minute_start(cls) -> RunningClock:
+        return cls(float(int(time.time()) // 60 * 60))
+
+    def now(self) -> float:
+        return self._start + (time.monotonic() - self._t0)
