@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hearth.testing.fake_clock import RunningClock
 from hearth.testing.server_thread import free_port
 from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
@@ -102,9 +103,16 @@ async def test_a_stream_longer_than_the_lease_ttl_keeps_its_slot(backend, fake, 
     assert status == 200
 
 
+def at_minute_start(server: Any) -> None:
+    """RPM counts in one-minute windows: the server's state starts this test at a minute's beginning
+    (time still flows), so no count straddles the window's end."""
+    server.runtime.state.clock = RunningClock.at_minute_start()
+
+
 async def test_a_rejected_request_consumes_no_rpm(fake, hearth_server, http):
     limits = {"user": {"rpm": 3, "stream_concurrency": 1}}
     server = hearth_server(limited_registry(fake, **limits), limit_wait_s=0)
+    at_minute_start(server)
     fake.set_defaults(chunks=5, chunk_delay_ms=100)
     holder = asyncio.create_task(_stream(http, server.base_url, USER))  # rpm 1/3
     await _until_streaming(fake)
@@ -131,6 +139,7 @@ async def test_caller_concurrency_waits_briefly_for_a_slot(fake, hearth_server, 
 
 async def test_ip_and_tenant_limits(fake, hearth_server, http):
     server = hearth_server(limited_registry(fake, tenant={"rpm": 1}, ip={"rpm": 3}), limit_wait_s=0)
+    at_minute_start(server)
     url = server.base_url + "/v1/chat/completions"
     assert (await http.post(url, json=chat_body(), headers={**AUTH, "X-Hearth-Tenant": "t1"})).status_code == 200
     r = await http.post(url, json=chat_body(), headers={**AUTH, "X-Hearth-Tenant": "t1"})
