@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from hearth.testing.fake_clock import RunningClock
 from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
 
@@ -65,6 +66,7 @@ async def test_full_endpoint_makes_callers_wait_then_429_with_retry_after(fake, 
 
 async def test_rpm_limit_refuses_the_request_over_the_window(fake, hearth_server, http):
     server = hearth_server(gateway_registry([_ep("a", fake.base_url, rpm=5)]), admission_wait_s=0)
+    server.runtime.state.clock = RunningClock.at_minute_start()  # no count straddles a minute's end
     results = [await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
                for _ in range(6)]
     assert [r.status_code for r in results] == [200] * 5 + [429]
