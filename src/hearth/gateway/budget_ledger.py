@@ -124,6 +124,7 @@ class BudgetLedger:
         if not self._committing:
             self._committing = True
             self._commit_task = loop.create_task(self._commit_waiting(), name="budget-reservation-commit")
+        give_up = time.monotonic() + self.commit_timeout_s  # bounds the commit and its check together
         try:
             committed_at = await asyncio.wait_for(asyncio.shield(waiting.done), self.commit_timeout_s)
         except TimeoutError as exc:
@@ -132,7 +133,12 @@ class BudgetLedger:
         if committed_at <= deadline or not self._state.shared or epoch is None:
             return  # any rebuild reads the ledger after it (or this backend dies with the process)
         self.reservations_late += 1
-        if await self._counted_after(call_id, epoch):
+        try:
+            async with asyncio.timeout(max(0.0, give_up - time.monotonic())):
+                counted = await self._counted_after(call_id, epoch)
+        except TimeoutError as exc:
+            raise ReservationNotDurable(True, "the reservation could not be checked in time") from exc
+        if counted:
             return
         self.superseded += 1
         for c in charges:  # the rebuilt counters never held it: the ledger gives it back too
