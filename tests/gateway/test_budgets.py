@@ -35,7 +35,6 @@ async def _flushed(server: Any) -> None:
     await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(server.runtime.ledger.flush(), server.loop))
 
 
-@pytest.mark.serial  # 500 calls at once, each reservation committed within the reservation window: not on a shared CPU
 @pytest.mark.parametrize("backend", ["memory", "redis"])
 async def test_500_parallel_requests_never_overspend_and_each_call_is_charged_once(
         backend, database_url, fake, hearth_server, http, request):

@@ -85,6 +85,7 @@ class BudgetLedger:
         self._waiting: list[_Waiting] = []
         self._committing = False
         self._commit_task: asyncio.Task[None] | None = None
+        self._epoch_read: tuple[float, asyncio.Task[Epoch | None]] | None = None  # (started at, read)
         self._conn: AsyncConnection | None = None
         self._flush_s = flush_s
         self._batch = batch
@@ -135,7 +136,7 @@ class BudgetLedger:
         self.reservations_late += 1
         try:
             async with asyncio.timeout(max(0.0, give_up - time.monotonic())):
-                counted = await self._counted_after(call_id, epoch)
+                counted = await self._counted_after(call_id, epoch, committed_at)
         except TimeoutError as exc:
             raise ReservationNotDurable(True, "the reservation could not be checked in time") from exc
         if counted:
@@ -145,18 +146,32 @@ class BudgetLedger:
             self.settled(call_id, c.budget, c.counter_key, 0, refund=c.amount, overrun=0)
         raise ReservationSuperseded(call_id)
 
-    async def _counted_after(self, call_id: str, admitted_under: Epoch) -> bool:
+    async def _counted_after(self, call_id: str, admitted_under: Epoch, committed_at: float) -> bool:
         """Whether the backend's current counters hold a reservation committed after its window."""
         try:
-            current = await self._state.read_epoch()
-            if current == admitted_under:
-                return True  # no rebuild has read the ledger since: every later one sees the row
-            current = await self._wait_for_epoch(current)
-            if current is None:
-                raise ReservationNotDurable(True, "the state backend lost its data and was not rebuilt in time")
-            return await self._reserve_id(call_id) <= current.mark
+            current = await self._epoch_read_after(committed_at)
         except StateUnavailable as exc:  # not known to be counted: refuse, leaving it spent
             raise ReservationNotDurable(True, "the state backend did not answer") from exc
+        if current == admitted_under:
+            return True  # no loss before this read, so no rebuild has read the ledger yet: every later one sees the row
+        if current is None:
+            raise ReservationNotDurable(True, "the state backend lost its data and was not rebuilt in time")
+        return await self._reserve_id(call_id) <= current.mark
+
+    def _epoch_read_after(self, since: float) -> asyncio.Future[Epoch | None]:
+        """The backend's epoch (waiting briefly for a rebuild if it has none), read after ``since``.
+
+        Late reservations arrive in bursts (an overloaded process makes many late at once): they share
+        one read that started after their commit, instead of each polling the backend."""
+        read = self._epoch_read
+        if read is None or read[0] < since or read[1].done():
+            task = asyncio.get_running_loop().create_task(self._settled_epoch(), name="reservation-epoch-read")
+            task.add_done_callback(_retrieve)
+            read = self._epoch_read = (time.monotonic(), task)
+        return asyncio.shield(read[1])
+
+    async def _settled_epoch(self) -> Epoch | None:
+        return await self._wait_for_epoch(await self._state.read_epoch())
 
     async def _wait_for_epoch(self, current: Epoch | None, timeout_s: float = 3.0) -> Epoch | None:
         """The backend lost its data: wait (briefly) for some process to rebuild it."""
@@ -314,7 +329,7 @@ class BudgetLedger:
                 "last_error": self.last_error}
 
 
-def _retrieve(fut: asyncio.Future[float]) -> None:
+def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()
 
