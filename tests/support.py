@@ -152,3 +152,15 @@ class StateTime:
         left = 60 - self.now() % 60
         if left < margin_s:
             await self.elapse(left + 0.01)
+
+
+async def request_log_row(http: Any, server: Any, request_id: str) -> dict[str, Any]:
+    """The request-log row of one request, through the admin API (logs are written asynchronously:
+    poll up to 3 s)."""
+    for _ in range(60):
+        items = (await http.get(server.base_url + "/api/v1/request-logs", params={"request_id": request_id},
+                                headers=ADMIN)).json()["data"]["items"]
+        if items:
+            return dict(items[0])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no request log row for {request_id}")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import socket
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import select
 
@@ -21,22 +19,13 @@ from hearth.observability.request_log import (
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import request_logs
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.support import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry, request_log_row
 
 
 def _ep(name: str, base_url: str, priority: int) -> dict[str, Any]:
     return {"name": name, "provider": "openai-like", "base_url": base_url, "upstream_model": "up",
             "api_key": f"sk-key-of-{name}-abcdef", "priority": priority}
 
-
-async def _row(http: httpx.AsyncClient, server: Any, rid: str) -> dict[str, Any]:
-    for _ in range(60):
-        items = (await http.get(server.base_url + "/api/v1/request-logs", params={"request_id": rid},
-                                headers=ADMIN)).json()["data"]["items"]
-        if items:
-            return dict(items[0])
-        await asyncio.sleep(0.05)
-    raise AssertionError("no request log row")
 
 
 def _shape(attempts: list[dict[str, Any]]) -> list[tuple[str, int, str | None]]:
@@ -59,7 +48,7 @@ async def test_a_failover_lists_every_attempt_in_order(database_url, fake, fake2
     fake.script(FakeBehavior(status=503, latency_ms=30))
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
     assert r.status_code == 200 and r.headers["x-hearth-endpoint"] == "c"
-    row = await _row(http, server, r.headers["x-request-id"])
+    row = await request_log_row(http, server, r.headers["x-request-id"])
     assert row["attempts"] == 3
     assert _shape(row["attempt_log"]) == [("a", 503, "upstream_error"), ("b", 502, "upstream_error"),
                                           ("c", 200, None)]
@@ -72,7 +61,7 @@ async def test_rate_limited_and_rejected_attempts_say_so(fake, fake2, hearth_ser
     fake2.script(FakeBehavior(status=400))
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
     assert r.status_code == 400
-    row = await _row(http, server, r.headers["x-request-id"])
+    row = await request_log_row(http, server, r.headers["x-request-id"])
     assert _shape(row["attempt_log"]) == [("a", 429, "upstream_rate_limited"), ("b", 400, "upstream_rejected_request")]
 
 
@@ -84,7 +73,7 @@ async def test_a_stream_lists_its_attempts_with_how_the_stream_ended(fake, fake2
                            headers=AUTH) as r:
         await r.aread()
         rid = r.headers["x-request-id"]
-    row = await _row(http, server, rid)
+    row = await request_log_row(http, server, rid)
     assert _shape(row["attempt_log"]) == [("a", 500, "upstream_error"), ("b", 502, "upstream_stream_error")]
 
 
@@ -92,7 +81,7 @@ async def test_a_call_refused_before_any_attempt_lists_none(fake, hearth_server,
     server = hearth_server(gateway_registry([_ep("a", fake.base_url, 0)]))
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(model="nope"), headers=AUTH)
     assert r.status_code == 404
-    assert (await _row(http, server, r.headers["x-request-id"]))["attempt_log"] == []
+    assert (await request_log_row(http, server, r.headers["x-request-id"]))["attempt_log"] == []
 
 
 def _record(**over: Any) -> RequestLogRecord:
@@ -143,7 +132,7 @@ async def test_the_openapi_document_describes_the_rows_the_route_sends(fake, hea
 
     server = hearth_server(gateway_registry([_ep("a", fake.base_url, 0)]))
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
-    await _row(http, server, r.headers["x-request-id"])
+    await request_log_row(http, server, r.headers["x-request-id"])
     answer = (await http.get(server.base_url + "/api/v1/request-logs", headers=ADMIN)).json()
     page = RequestLogEnvelope.model_validate(answer).data
     assert page.items[0].attempt_log is not None and page.items[0].attempt_log[0].endpoint == "a"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -12,7 +11,7 @@ import pytest
 from hearth.testing.fake_upstream import prompt_tokens_for
 from hearth.wire.sse import SSEParser
 from hearth.wire.tokens import estimate_messages, estimate_text
-from tests.support import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import AUTH, chat_body, gateway_registry, request_log_row
 
 
 def _registry(fake: Any, **model_options: Any) -> dict[str, Any]:
@@ -31,15 +30,6 @@ async def _chunks(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tu
     assert events[-1] == b"[DONE]", events[-1]
     return [orjson.loads(e) for e in events[:-1]], rid
 
-
-async def _log_row(http: httpx.AsyncClient, server: Any, rid: str) -> dict[str, Any]:
-    for _ in range(60):
-        items = (await http.get(server.base_url + "/api/v1/request-logs", params={"request_id": rid},
-                                headers=ADMIN)).json()["data"]["items"]
-        if items:
-            return dict(items[0])
-        await asyncio.sleep(0.05)
-    raise AssertionError("no request log row")
 
 
 async def test_stream_chunks_show_the_public_model_name(fake, hearth_server, http):
@@ -72,7 +62,7 @@ async def test_usage_chunk_is_synthesized_when_asked_for_and_the_upstream_sent_n
     assert usage == {"prompt_tokens": prompt, "completion_tokens": completion,
                      "total_tokens": prompt + completion, "hearth_estimated": True}
     assert [c for c in chunks[:-1] if c.get("usage")] == []  # exactly one usage chunk, the last
-    row = await _log_row(http, server, rid)
+    row = await request_log_row(http, server, rid)
     assert row["usage_estimated"] is True
     assert (row["prompt_tokens"], row["completion_tokens"]) == (prompt, completion)
 
@@ -86,7 +76,7 @@ async def test_the_upstream_usage_chunk_is_relayed_as_is_and_none_is_added(fake,
     assert len(with_usage) == 1 and with_usage[0] is chunks[-1]
     prompt = prompt_tokens_for(body["messages"])
     assert chunks[-1]["usage"] == {"prompt_tokens": prompt, "completion_tokens": 4, "total_tokens": prompt + 4}
-    assert (await _log_row(http, server, rid))["usage_estimated"] is False
+    assert (await request_log_row(http, server, rid))["usage_estimated"] is False
 
 
 @pytest.mark.parametrize("options", [None, {"include_usage": False}])

@@ -18,7 +18,7 @@ import pytest
 
 from hearth.testing.fake_upstream import FakeBehavior
 from hearth.wire.sse import SSEParser
-from tests.support import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry, request_log_row
 
 KEEPALIVE_S = 0.05
 COMMENT = b": keep-alive\n\n"
@@ -40,15 +40,6 @@ async def _stream(http: httpx.AsyncClient, server: Any, body: dict[str, Any] | N
 def _events(raw: bytes) -> list[bytes]:
     return [e.data for e in SSEParser().feed(raw)]
 
-
-async def _log_row(http: httpx.AsyncClient, server: Any, rid: str) -> dict[str, Any]:
-    for _ in range(60):
-        items = (await http.get(server.base_url + "/api/v1/request-logs", params={"request_id": rid},
-                                headers=ADMIN)).json()["data"]["items"]
-        if items:
-            return dict(items[0])
-        await asyncio.sleep(0.05)
-    raise AssertionError("no request log row")
 
 
 async def test_keep_alive_comments_are_sent_while_the_first_event_is_awaited(fake, hearth_server, http):
@@ -96,7 +87,7 @@ async def test_a_failure_after_keep_alives_began_is_an_error_event(fake, hearth_
     assert len(events) == 1, events  # the error, no [DONE]
     error = orjson.loads(events[0])["error"]
     assert error["code"] == "upstream_error" and error["type"] == "api_error" and "503" in error["message"]
-    row = await _log_row(http, server, r.headers["x-request-id"])
+    row = await request_log_row(http, server, r.headers["x-request-id"])
     assert (row["status"], row["error_code"]) == (502, "upstream_error")
 
 
@@ -108,7 +99,7 @@ async def test_failover_still_runs_behind_the_keep_alives(fake, fake2, hearth_se
     r, raw = await _stream(http, server)
     assert raw.startswith(COMMENT) and _events(raw)[-1] == b"[DONE]"
     assert "x-hearth-endpoint" not in r.headers  # not known yet when the stream started
-    row = await _log_row(http, server, r.headers["x-request-id"])
+    row = await request_log_row(http, server, r.headers["x-request-id"])
     assert (row["status"], row["endpoint"], row["attempts"]) == (200, "b", 2)
     assert (fake.stats.requests, fake2.stats.requests) == (1, 1)
 
@@ -127,7 +118,7 @@ async def test_a_client_leaving_during_keep_alives_closes_the_upstream_and_is_lo
             break
         await asyncio.sleep(0.02)
     assert fake.stats.disconnects == 1 and fake.stats.requests == 1
-    row = await _log_row(http, server, rid)
+    row = await request_log_row(http, server, rid)
     assert (row["status"], row["error_code"]) == (499, "client_disconnected")
     status = (await http.get(server.base_url + "/api/v1/admin/endpoints/a/status", headers=ADMIN)).json()
     assert status["data"]["scopes"]["ep:a"]["in_flight"] == 0
