@@ -20,11 +20,13 @@ from typing import Any
 import asyncpg
 import pytest
 import redis
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
 from hearth.state.memory import MemoryState
 from hearth.state.redis import RedisState
+from hearth.store.db import create_engine, migrate
 from hearth.testing.fake_clock import FakeClock
 from hearth.testing.fake_upstream import FakeUpstream
 from hearth.testing.server_thread import HearthServerThread
@@ -92,6 +94,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite+aiosqlite:///{tmp_path}/hearth.db"
         return
     yield from _fresh_postgres()
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on a fresh database of each kind, migrated to the head revision."""
+    eng = create_engine(database_url)
+    await migrate(eng)
+    try:
+        yield eng
+    finally:
+        await eng.dispose()
 
 
 @pytest.fixture

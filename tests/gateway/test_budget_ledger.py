@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.gateway.budget_balances import Balance, balances, rebuild_snapshot, sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable
 from hearth.state.memory import MemoryState
-from hearth.store.db import create_engine, migrate
+from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger, dead_rows
 
 KEY = "daily|app|app|d20261129"
@@ -25,16 +25,6 @@ KEY = "daily|app|app|d20261129"
 def soon() -> float:
     """A reservation window no test here comes near (see test_reservation_window.py for the window)."""
     return time.monotonic() + 30
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_engine(database_url)
-    await migrate(eng)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
 
 
 async def rows(engine: AsyncEngine) -> list[dict[str, Any]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
@@ -32,16 +31,6 @@ from hearth.store.tables import budget_ledger
 from tests.support import REDIS_URL
 
 WINDOW_S = 0.4
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_engine(database_url)
-    await migrate(eng)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
 
 
 def daily_key() -> str:

@@ -9,7 +9,6 @@ alone decides it. Everything runs on SQLite and PostgreSQL; the 401 comes from a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from hearth.registry.store import (
     load_registry,
     set_endpoint_enabled,
 )
-from hearth.store.db import create_engine, migrate
+from hearth.store.db import create_engine
 from hearth.store.tables import endpoints
 from tests.support import ADMIN, AUTH, MASTER_KEY, chat_body, gateway_registry
 
@@ -37,14 +36,6 @@ CREDENTIALS_REJECTED = "upstream answered 401: credentials rejected"
 @pytest.fixture
 def vault() -> KeyVault:
     return KeyVault(parse_master_key(MASTER_KEY))
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_engine(database_url)
-    await migrate(eng)
-    yield eng
-    await eng.dispose()
 
 
 def _pool(fake: Any, fake2: Any, *, key_a: str = OLD_KEY) -> dict[str, Any]:

@@ -6,7 +6,6 @@ Also the key vault on its own and the validation of the declarative :class:`Regi
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,6 @@ from hearth.registry.store import (
     load_registry,
     set_endpoint_enabled,
 )
-from hearth.store.db import create_engine, migrate
 from hearth.store.tables import endpoints, model_pool_members, models, providers, quota_groups
 from tests.support import MASTER_KEY
 
@@ -55,14 +53,6 @@ def spec(data: dict[str, Any] | None = None) -> RegistrySpec:
 @pytest.fixture
 def vault() -> KeyVault:
     return KeyVault(parse_master_key(MASTER_KEY))
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_engine(database_url)
-    await migrate(eng)
-    yield eng
-    await eng.dispose()
 
 
 async def count(engine: AsyncEngine, table: Any) -> int:
