@@ -392,6 +392,56 @@ async def test_redis_keeps_no_per_call_key_after_settlement(redis_state: RedisSt
     assert left == sorted({f"{redis_prefix}b:b:keys", f"{redis_prefix}c:ep:a"} & set(left))
 
 
+async def test_redis_gives_every_counter_it_creates_a_ttl(redis_state: RedisState, redis_prefix: str) -> None:
+    """Counters get their TTL when they are created (not on every call), so none may be left without
+    one: a key without a TTL would stay in Redis for ever."""
+    import redis as redis_py
+
+    scopes = (Scope("caller:ttl", max_concurrency=5, rpm=100, tpm=10_000, daily_tokens=100_000),
+              Scope("ep:ttl", max_concurrency=5, rpm=100))
+    for _ in range(3):
+        got = await redis_state.acquire(lid(), scopes, 50, 30.0, budgets=(BudgetCharge("b:day", 10_000, 10, 3600.0),))
+        assert got.lease is not None
+    client = redis_py.Redis.from_url(REDIS_URL)
+    try:
+        keys = [k.decode() for k in client.scan_iter(match=f"{redis_prefix}*")]
+        ttls = {k[len(redis_prefix):]: client.pttl(k) for k in keys}
+    finally:
+        client.close()
+    kinds = {k.split(":")[0] for k in ttls}  # c: slots, r: rpm, t: tpm, d: daily tokens, b: budget, once: reservation
+    assert {"c", "r", "t", "d", "b", "once"} <= kinds, ttls
+    assert all(ttl > 0 for ttl in ttls.values()), ttls
+
+
+async def test_redis_a_correction_never_recreates_an_expired_token_counter(redis_state: RedisState,
+                                                                           redis_prefix: str) -> None:
+    import redis as redis_py
+
+    scope = Scope("caller:gone", tpm=10_000, daily_tokens=100_000)
+    for actual in (10, 500):  # a refund (fewer tokens than reserved) and an overrun (more)
+        got = await redis_state.acquire(lid(), (scope,), 100, 30.0)
+        assert got.lease is not None
+        client = redis_py.Redis.from_url(REDIS_URL)
+        try:
+            counters = [k for k in client.scan_iter(match=f"{redis_prefix}*") if b":gone:" in k]
+            assert len(counters) == 2
+            client.delete(*counters)  # as if their window had ended and they expired
+            await redis_state.release(got.lease, actual)
+            assert [k for k in client.scan_iter(match=f"{redis_prefix}*") if b":gone:" in k] == []
+        finally:
+            client.close()
+
+
+async def test_redis_a_full_scope_sweeps_expired_leases_before_refusing(redis_state: RedisState) -> None:
+    scope = Scope("ep:sweep", max_concurrency=2)
+    for _ in range(2):  # two leases whose holders never come back
+        assert (await redis_state.acquire(lid(), (scope,), 1, 0.2)).lease is not None
+    await asyncio.sleep(0.3)
+    granted = [await redis_state.acquire(lid(), (scope,), 1, 30.0) for _ in range(3)]
+    assert [g.lease is not None for g in granted] == [True, True, False]
+    assert (await redis_state.usage("ep:sweep")).in_flight == 2
+
+
 # --------------------------------------------------------------------------- daily tokens (both backends)
 
 

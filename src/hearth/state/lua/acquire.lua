@@ -11,6 +11,9 @@
 --       zone; this script only compares it with the server's clock.)
 -- Returns {1, minute, budget counters after the charge...} when admitted,
 -- else {0, index within its group (1-based), limit, retry_after_ms, current epoch}.
+-- Every governed call runs this, so it issues as few commands as it can (each costs about a
+-- microsecond of Redis time): expired leases are swept only when a scope looks full, counters get
+-- their TTL when they are created, and reads of several keys are one MGET.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = tonumber(ARGV[7])
@@ -38,8 +41,10 @@ local ko = kb + m        -- KEYS offset before the first one-time key
 local kd = ko + o        -- KEYS offset before the first daily-token counter
 local kc = kd + d        -- KEYS offset before the first cooldown key
 
-for i = 1, o do
-  if redis.call('EXISTS', KEYS[ko + i]) == 1 then return {0, i, 'once', 0, ''} end
+if o > 0 and redis.call('EXISTS', unpack(KEYS, ko + 1, ko + o)) > 0 then
+  for i = 1, o do
+    if redis.call('EXISTS', KEYS[ko + i]) == 1 then return {0, i, 'once', 0, ''} end
+  end
 end
 
 for j = kc + 1, #KEYS do
@@ -48,23 +53,32 @@ for j = kc + 1, #KEYS do
   if left == -1 then return {0, j - kc, 'cooldown', 60000, ''} end
 end
 
+local held = {}  -- per scope with a concurrency limit: its lease count before this call
 for i = 0, n - 1 do
   local maxc = tonumber(ARGV[a0 + 1 + 3 * i])
   local rpm = tonumber(ARGV[a0 + 2 + 3 * i])
   local tpm = tonumber(ARGV[a0 + 3 + 3 * i])
   if maxc > 0 then
     local zk = KEYS[2 + 3 * i]
-    redis.call('ZREMRANGEBYSCORE', zk, '-inf', now)
-    if redis.call('ZCARD', zk) >= maxc then return {0, i + 1, 'concurrency', 0, ''} end
+    local c = redis.call('ZCARD', zk)
+    if c >= maxc then  -- full, unless some leases expired (their process died): sweep and recount
+      redis.call('ZREMRANGEBYSCORE', zk, '-inf', now)
+      c = redis.call('ZCARD', zk)
+      if c >= maxc then return {0, i + 1, 'concurrency', 0, ''} end
+    end
+    held[i] = c
   end
-  if rpm > 0 then
-    local used = tonumber(redis.call('GET', KEYS[3 + 3 * i]) or '0')
-    if used + 1 > rpm then return {0, i + 1, 'rpm', window_end - now, ''} end
+  local r_used, t_used = 0, 0
+  if rpm > 0 and tpm > 0 then
+    local v = redis.call('MGET', KEYS[3 + 3 * i], KEYS[4 + 3 * i])
+    r_used, t_used = tonumber(v[1] or '0'), tonumber(v[2] or '0')
+  elseif rpm > 0 then
+    r_used = tonumber(redis.call('GET', KEYS[3 + 3 * i]) or '0')
+  elseif tpm > 0 then
+    t_used = tonumber(redis.call('GET', KEYS[4 + 3 * i]) or '0')
   end
-  if tpm > 0 then
-    local used = tonumber(redis.call('GET', KEYS[4 + 3 * i]) or '0')
-    if used > 0 and used + tokens > tpm then return {0, i + 1, 'tpm', window_end - now, ''} end
-  end
+  if rpm > 0 and r_used + 1 > rpm then return {0, i + 1, 'rpm', window_end - now, ''} end
+  if tpm > 0 and t_used > 0 and t_used + tokens > tpm then return {0, i + 1, 'tpm', window_end - now, ''} end
 end
 
 for i = 1, d do
@@ -72,11 +86,13 @@ for i = 1, d do
   if used + tokens > tonumber(ARGV[d0 + i]) then return {0, i, 'daily_tokens', day_left, ''} end
 end
 
-for i = 1, m do
-  local limit = tonumber(ARGV[b0 + 3 * i - 2])
-  local amount = tonumber(ARGV[b0 + 3 * i - 1])
-  local used = tonumber(redis.call('GET', KEYS[kb + i]) or '0')
-  if used + amount > limit then return {0, i, 'budget', 0, ''} end
+if m > 0 then
+  local used = redis.call('MGET', unpack(KEYS, kb + 1, kb + m))
+  for i = 1, m do
+    if tonumber(used[i] or '0') + tonumber(ARGV[b0 + 3 * i - 1]) > tonumber(ARGV[b0 + 3 * i - 2]) then
+      return {0, i, 'budget', 0, ''}
+    end
+  end
 end
 
 for i = 0, n - 1 do
@@ -86,14 +102,13 @@ for i = 0, n - 1 do
   if maxc > 0 then
     local zk = KEYS[2 + 3 * i]
     redis.call('ZADD', zk, now + ttl, lease)
-    if redis.call('PTTL', zk) < ttl then redis.call('PEXPIRE', zk, ttl) end
+    -- The set lives as long as its longest lease; a new set has no TTL yet.
+    if held[i] == 0 or redis.call('PTTL', zk) < ttl then redis.call('PEXPIRE', zk, ttl) end
   end
-  if rpm > 0 then
-    redis.call('INCR', KEYS[3 + 3 * i])
+  if rpm > 0 and redis.call('INCR', KEYS[3 + 3 * i]) == 1 then  -- created now: kept past its minute
     redis.call('PEXPIRE', KEYS[3 + 3 * i], 120000)
   end
-  if tpm > 0 then
-    redis.call('INCRBY', KEYS[4 + 3 * i], tokens)
+  if tpm > 0 and redis.call('INCRBY', KEYS[4 + 3 * i], tokens) == tokens then
     redis.call('PEXPIRE', KEYS[4 + 3 * i], 120000)
   end
 end
@@ -103,8 +118,9 @@ for i = 1, o do
 end
 
 for i = 1, d do  -- kept an hour past the day's end, for corrections of calls still running then
-  redis.call('INCRBY', KEYS[kd + i], tokens)
-  redis.call('PEXPIRE', KEYS[kd + i], day_left + 3600000)
+  if redis.call('INCRBY', KEYS[kd + i], tokens) == tokens then
+    redis.call('PEXPIRE', KEYS[kd + i], day_left + 3600000)
+  end
 end
 
 local result = {1, minute}

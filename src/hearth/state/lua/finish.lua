@@ -10,10 +10,11 @@
 -- deleted the reservation key; epoch = the data generation it was applied to), {0} if the call was
 -- settled before or its reservation expired (then it stays spent); {1} when only releasing.
 local function correct(key, delta)  -- a token counter moved by delta, never below zero
-  if delta ~= 0 and redis.call('EXISTS', key) == 1 then
-    local v = redis.call('INCRBY', key, delta)
-    if v < 0 then redis.call('SET', key, 0, 'KEEPTTL') end
-  end
+  if delta == 0 then return end
+  local v = redis.call('INCRBY', key, delta)
+  -- Counters always have a TTL, so none means it had expired and INCRBY just created it: drop it.
+  if v == delta and redis.call('PTTL', key) == -1 then redis.call('DEL', key)
+  elseif v < 0 then redis.call('SET', key, 0, 'KEEPTTL') end
 end
 local k = 3
 local a = 3
@@ -38,8 +39,12 @@ if redis.call('DEL', KEYS[1]) == 0 then return {0} end
 local out = {1, redis.call('GET', KEYS[2]) or ''}
 for i = k, #KEYS do
   local refund = tonumber(ARGV[a + i - k])
-  local v = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if refund ~= 0 and redis.call('EXISTS', KEYS[i]) == 1 then
+  local v
+  if refund == 0 then
+    v = tonumber(redis.call('GET', KEYS[i]) or '0')
+  elseif redis.call('EXISTS', KEYS[i]) == 0 then  -- expired with its period: nothing to give back
+    v = 0
+  else
     v = redis.call('DECRBY', KEYS[i], refund)
     if v < 0 then
       redis.call('SET', KEYS[i], 0, 'KEEPTTL')
