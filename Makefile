@@ -19,15 +19,17 @@ serve: $(STAMP)
 	$(BIN)/hearth migrate
 	$(BIN)/hearth serve
 
-# pytest in two parts: all but the `serial` tests on two workers (xdist), then those alone
+# pytest in two parts: all but the `serial` tests on three workers (xdist; most tests wait on sockets,
+# databases and child processes, so a third worker on two cores measured 139 s instead of 182 s), then those alone
 # (tests/e2e/'s real processes; load tests whose timing a second worker would distort). Coverage of
 # src/hearth is collected across both and reported at the end (the test processes only: the e2e
 # tests' Hearth processes are not measured).
 PYTEST_COV := --cov=hearth --cov-branch
+PYTEST_WORKERS ?= 3
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n 2 -m "not serial" $(PYTEST_COV) --cov-report=
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_COV) --cov-report=
 	$(BIN)/pytest -q -m serial $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
 
 lint: $(STAMP)
