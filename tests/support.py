@@ -13,6 +13,7 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,32 @@ async def request_log_row(http: Any, server: Any, request_id: str) -> dict[str, 
             return dict(items[0])
         await asyncio.sleep(0.05)
     raise AssertionError(f"no request log row for {request_id}")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What :func:`post_many` returns per request (the parts of an ``httpx.Response`` tests read)."""
+
+    status_code: int
+    text: str
+    headers: dict[str, str]
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+async def post_many(urls: list[str], n: int, body: dict[str, Any], headers: dict[str, str]) -> list[Reply]:
+    """``n`` POSTs at once (round-robin over ``urls``), each with a connection of its own.
+
+    aiohttp, not the ``http`` fixture's httpx: httpx's pool scans every connection on each request
+    (quadratic with 500 in flight), enough CPU to starve a server running in the test's own process —
+    seen as reservation commits that took more than their 5 s timeout."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=n)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async def one(url: str) -> Reply:
+            async with session.post(url, json=body, headers=headers) as resp:
+                return Reply(resp.status, await resp.text(), {k.lower(): v for k, v in resp.headers.items()})
+
+        return list(await asyncio.gather(*(one(urls[i % len(urls)]) for i in range(n))))

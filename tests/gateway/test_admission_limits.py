@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import datetime, timedelta
 from datetime import time as dtime
@@ -12,7 +11,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from hearth.testing.fake_clock import RunningClock
-from tests.support import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, chat_body, gateway_registry, post_many
 
 
 def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:
@@ -21,8 +20,7 @@ def _ep(name: str, base_url: str, **extra: Any) -> dict[str, Any]:
 
 
 async def _burst(http: Any, url: str, n: int, **extra: Any) -> list[Any]:
-    return await asyncio.gather(*[http.post(url + "/v1/chat/completions", json=chat_body(**extra), headers=AUTH)
-                                  for _ in range(n)])
+    return await post_many([url + "/v1/chat/completions"], n, chat_body(**extra), AUTH)
 
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])

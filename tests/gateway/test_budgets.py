@@ -21,14 +21,14 @@ from tests.support import (
     budget_registry,
     chat_body,
     ledger_summary,
+    post_many,
     reservation_tokens,
 )
 
 
 async def _burst(http: Any, urls: list[str], n: int, headers: dict[str, str] | None = None) -> list[Any]:
-    return await asyncio.gather(*[
-        http.post(urls[i % len(urls)] + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS),
-                  headers={**AUTH, **(headers or {})}) for i in range(n)])
+    return await post_many([u + "/v1/chat/completions" for u in urls], n, chat_body(max_tokens=MAX_TOKENS),
+                           {**AUTH, **(headers or {})})
 
 
 async def _flushed(server: Any) -> None:
