@@ -126,11 +126,16 @@ class BudgetLedger:
             self._committing = True
             self._commit_task = loop.create_task(self._commit_waiting(), name="budget-reservation-commit")
         give_up = time.monotonic() + self.commit_timeout_s  # bounds the commit and its check together
+        # One timer on the call's own future (not wait_for + shield: two more futures per budgeted call).
+        # A caller cancelled here cancels only its future; the group commits the row all the same.
+        timer = loop.call_later(self.commit_timeout_s, _settle_future, waiting.done, TimeoutError())
         try:
-            committed_at = await asyncio.wait_for(asyncio.shield(waiting.done), self.commit_timeout_s)
+            committed_at = await waiting.done
         except TimeoutError as exc:
             self.reservations_failed += 1
             raise ReservationNotDurable(True, "the database did not commit the reservation in time") from exc
+        finally:
+            timer.cancel()
         if committed_at <= deadline or not self._state.shared or epoch is None:
             return  # any rebuild reads the ledger after it (or this backend dies with the process)
         self.reservations_late += 1

@@ -182,6 +182,7 @@ async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: Caller
     try:
         await ledger.reserve(grant.call_id, rows, deadline=deadline, epoch=epoch)
     except ReservationNotDurable as exc:
+        log.warning("budget_reservation_not_durable", call_id=grant.call_id, reason=str(exc), uncertain=exc.uncertain)
         # Certainly not written: refund. Perhaps written (the commit itself failed or timed out): it
         # stays spent, as the sweeper will record it — the counters and the ledger then agree.
         await finish_caller(state, ledger, grant, None, actual_amounts=() if exc.uncertain else (0,) * len(rows),
