@@ -498,6 +498,11 @@ def db_counts(db: Path) -> dict[str, Any]:
             out["request_logs"] = {f"{s}{' ' + c if c else ''}": n for s, c, n in rows}
             rows = conn.execute("SELECT kind, count(*) FROM budget_ledger GROUP BY 1").fetchall()
             out["budget_ledger"] = {k: n for k, n in rows}
+            # a group commit stamps all its rows with one created_at: rows per commit = group-commit factor
+            rows_, commits = conn.execute("SELECT count(*), count(DISTINCT created_at) FROM budget_ledger "
+                                          "WHERE kind = 'reserve'").fetchone()
+            if commits:
+                out["reserve_rows_per_commit"] = round(rows_ / commits, 1)
     except sqlite3.Error as exc:
         out["error"] = str(exc)
     return out
@@ -537,7 +542,7 @@ def profile(env: GovEnv, cfg: Config, stamp: str) -> dict[str, Any]:
     raw_path = gb.RESULTS / f"gov-{stamp}-pyspy-{cfg.name}-c64.txt"
     dur = max(3, min(env.args.duration, 10))
     stats_path = env.prepare_signed(cfg.target, int(env.args.max_rate * dur) + 1000)
-    argv = ["taskset", "-c", env.gen_cpus, exe, "record", "-p", str(cfg.proc.pid), "-d", str(dur + 1),
+    argv = ["taskset", "-c", env.gen_cpus, exe, "record", "--nonblocking", "-p", str(cfg.proc.pid), "-d", str(dur + 1),
             "-r", str(env.args.profile_rate), "-f", "raw", "-o", str(raw_path)]
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

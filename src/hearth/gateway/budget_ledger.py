@@ -43,6 +43,7 @@ from hearth.observability.logging import get_logger
 from hearth.state.base import Epoch, StateBackend, StateUnavailable
 from hearth.store.batch_insert import insert_isolating
 from hearth.store.db import stop_writer_task
+from hearth.store.rows_insert import insert_rows
 from hearth.store.tables import budget_ledger
 
 log = get_logger("hearth.budget_ledger")
@@ -215,7 +216,7 @@ class BudgetLedger:
                     self._conn = await self._engine.connect()
                 conn = self._conn
                 trans = await conn.begin()
-                await conn.execute(budget_ledger.insert(), rows)
+                await insert_rows(conn, budget_ledger, rows)
                 committing = True
                 await trans.commit()
                 break

@@ -49,6 +49,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger, scrub
+from hearth.store.rows_insert import insert_rows
 from hearth.store.tables import dead_rows
 
 log = get_logger("hearth.batch_insert")
@@ -114,7 +115,7 @@ async def insert_isolating(engine: AsyncEngine, table: Table, rows: Sequence[dic
         chunk = stack.pop()
         try:
             async with engine.begin() as conn:
-                await conn.execute(table.insert(), list(chunk))
+                await insert_rows(conn, table, chunk)
         except Exception as exc:
             error = type(exc).__name__
             if await _classify(engine, table, exc) == _UNAVAILABLE:
