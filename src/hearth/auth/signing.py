@@ -25,6 +25,7 @@ burn a genuine caller's nonce.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import math
@@ -221,15 +222,28 @@ def signed_headers(
     return {HEADER_TIMESTAMP: ts, HEADER_NONCE: nonce, HEADER_SIGNATURE: signature}
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive single-valued lookup that works for dicts and starlette ``Headers`` alike.
+_SIGNING_HEADERS = (HEADER_TIMESTAMP.lower(), HEADER_NONCE.lower(), HEADER_SIGNATURE.lower())
+
+
+def _signing_values(headers: Mapping[str, str]) -> dict[str, list[object]]:
+    """Every value of the three signing headers, by lower-case name, in one pass over ``items()``.
 
     Scans ``items()`` because starlette's ``Headers.items()`` yields every occurrence of a repeated
-    header, so a request carrying two different ``X-Signature`` values is refused instead of having
-    one silently picked. Surrounding spaces/tabs are not part of an HTTP field value and are dropped.
-    """
-    wanted = name.lower()
-    values = [value for key, value in headers.items() if isinstance(key, str) and key.lower() == wanted]
+    header (so a request carrying two different ``X-Signature`` values is refused instead of having
+    one silently picked) — and builds a new list of decoded pairs on each call, so it is read once."""
+    found: dict[str, list[object]] = {}
+    for key, value in headers.items():
+        if isinstance(key, str):
+            name = key.lower()
+            if name in _SIGNING_HEADERS:
+                found.setdefault(name, []).append(value)
+    return found
+
+
+def _header(found: dict[str, list[object]], name: str) -> str | None:
+    """The single value of ``name`` (case-insensitive). Surrounding spaces/tabs are not part of an
+    HTTP field value and are dropped."""
+    values = found.get(name.lower())
     if not values:
         return None
     if len(values) > 1:
@@ -240,8 +254,8 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value.strip(" \t")
 
 
-def _required(headers: Mapping[str, str], name: str, pattern: re.Pattern[str], rule: str) -> str:
-    value = _header(headers, name)
+def _required(found: dict[str, list[object]], name: str, pattern: re.Pattern[str], rule: str) -> str:
+    value = _header(found, name)
     if value is None or value == "":
         raise SignatureError("signature_required", f"{name} header is missing", {"header": name})
     if not pattern.fullmatch(value):
@@ -251,7 +265,12 @@ def _required(headers: Mapping[str, str], name: str, pattern: re.Pattern[str], r
 
 def _nonce_key(key: bytes, nonce: str) -> str:
     """Nonces are scoped per signing key, so two callers picking the same nonce never collide."""
-    return f"nonce:{sha256_hex(key)[:16]}:{nonce}"
+    return f"nonce:{_key_scope(key)}:{nonce}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_scope(key: bytes) -> str:
+    return sha256_hex(key)[:16]
 
 
 def _clip(value: str) -> str:
@@ -291,9 +310,10 @@ async def verify_request(
     if not (math.isfinite(window_s) and window_s > 0):
         raise ValueError("window_s must be a positive finite number of seconds")
 
-    timestamp = _required(headers, HEADER_TIMESTAMP, _TIMESTAMP_RE, "unix time in whole seconds as decimal digits")
-    nonce = _required(headers, HEADER_NONCE, _NONCE_RE, "8-128 characters of [A-Za-z0-9_-]")
-    signature = _required(headers, HEADER_SIGNATURE, _SIGNATURE_RE, "64 lowercase hex characters")
+    found = _signing_values(headers)
+    timestamp = _required(found, HEADER_TIMESTAMP, _TIMESTAMP_RE, "unix time in whole seconds as decimal digits")
+    nonce = _required(found, HEADER_NONCE, _NONCE_RE, "8-128 characters of [A-Za-z0-9_-]")
+    signature = _required(found, HEADER_SIGNATURE, _SIGNATURE_RE, "64 lowercase hex characters")
 
     current = time.time() if now is None else now
     skew = current - int(timestamp)
