@@ -20,6 +20,7 @@ from sqlalchemy import and_, case, exists, func, literal, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hearth.store.db import write_transaction
 from hearth.store.tables import budget_ledger, meta
 
 _SETTLED = ("settle", "call")
@@ -106,7 +107,7 @@ async def sweep_expired(engine: AsyncEngine, older_than_s: float) -> int:
         ~exists().where(and_(settle.c.call_id == c.call_id, settle.c.counter_key == c.counter_key,
                              settle.c.kind == "settle")))
     columns = ["call_id", "budget", "counter_key", "kind", "amount", "refund", "overrun", "created_at"]
-    async with engine.begin() as conn:
+    async with write_transaction(engine) as conn:
         dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
         stmt = dialect.insert(budget_ledger).from_select(columns, pick).on_conflict_do_nothing()
         result = await conn.execute(stmt)

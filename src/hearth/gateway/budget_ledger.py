@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hearth.observability.logging import get_logger
 from hearth.state.base import Epoch, StateBackend, StateUnavailable
 from hearth.store.batch_insert import insert_isolating
-from hearth.store.db import stop_writer_task
+from hearth.store.db import stop_writer_task, write_lane
 from hearth.store.rows_insert import insert_rows
 from hearth.store.tables import budget_ledger
 
@@ -215,10 +215,11 @@ class BudgetLedger:
                 if self._conn is None or self._conn.closed:
                     self._conn = await self._engine.connect()
                 conn = self._conn
-                trans = await conn.begin()
-                await insert_rows(conn, budget_ledger, rows)
-                committing = True
-                await trans.commit()
+                async with write_lane(self._engine):  # never queued inside SQLite (see hearth.store.db)
+                    trans = await conn.begin()
+                    await insert_rows(conn, budget_ledger, rows)
+                    committing = True
+                    await trans.commit()
                 break
             except Exception as exc:
                 await self._drop_connection()

@@ -49,6 +49,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger, scrub
+from hearth.store.db import write_transaction
 from hearth.store.rows_insert import insert_rows
 from hearth.store.tables import dead_rows
 
@@ -114,7 +115,7 @@ async def insert_isolating(engine: AsyncEngine, table: Table, rows: Sequence[dic
     while stack:
         chunk = stack.pop()
         try:
-            async with engine.begin() as conn:
+            async with write_transaction(engine) as conn:
                 await insert_rows(conn, table, chunk)
         except Exception as exc:
             error = type(exc).__name__
@@ -184,7 +185,7 @@ async def _dead_letter(engine: AsyncEngine, table: Table, refused: list[tuple[di
     entries = [{"writer": writer[:32], "row_key": _key(row.get(row_key)), "error": describe_error(exc),
                 "payload": _payload(row), "created_at": now} for row, exc in refused]
     try:
-        async with engine.begin() as conn:
+        async with write_transaction(engine) as conn:
             await conn.execute(dead_rows.insert(), entries)
         return len(entries), 0, []
     except Exception as exc:
@@ -193,7 +194,7 @@ async def _dead_letter(engine: AsyncEngine, table: Table, refused: list[tuple[di
     recorded = lost = 0
     for entry in entries:  # one by one, so one entry that cannot be recorded costs only itself
         try:
-            async with engine.begin() as conn:
+            async with write_transaction(engine) as conn:
                 await conn.execute(dead_rows.insert(), [entry])
             recorded += 1
         except Exception as exc:
