@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from tests.support import (
     budget_registry,
     chat_body,
     ledger_summary,
+    post_many,
     reservation_tokens,
     write_config,
 )
@@ -32,9 +32,10 @@ async def test_500_parallel_requests_across_two_processes_never_overspend(
     fake.set_defaults(latency_ms=100)
     gateways = [processes.start(tmp_path, env, name=f"gw{i}") for i in range(2)]
     try:
-        results = await asyncio.gather(*[
-            http.post(gateways[i % 2].base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS),
-                      headers=AUTH) for i in range(500)])
+        # aiohttp, closed afterwards: the httpx fixture's pool would then hold 500 idle keep-alive
+        # connections, and the next request could pick one the server is closing at that moment
+        results = await post_many([g.base_url + "/v1/chat/completions" for g in gateways], 500,
+                                  chat_body(max_tokens=MAX_TOKENS), AUTH)
         used_before = await _used(http, gateways[0].base_url)
     finally:
         for g in gateways:
