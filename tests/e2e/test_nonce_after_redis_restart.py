@@ -104,11 +104,13 @@ async def test_a_signed_request_captured_before_a_redis_restart_is_refused_after
             return {**AUTH, **signed_headers(SIGNING_KEY, "POST", PATH, body, **sign)}
 
         # genuine signed requests, one served by each process, captured on the wire (the signature
-        # covers the path, not the host, so a capture can be replayed through either process)
+        # covers the path, not the host, so a capture can be replayed through either process); signed
+        # two seconds ago, well inside the window, so their whole-second timestamps are strictly older
+        # than the loss below without waiting for the clock
         captures: list[tuple[bytes, dict[str, str]]] = []
         for i, gateway in enumerate(gateways):
             body = _raw(f"pay {10 + i}")
-            captured = signed(body)
+            captured = signed(body, timestamp=int(time.time()) - 2)
             first = await post(gateway, body, captured)
             assert first.status_code == 200, first.text
             served += 1
@@ -116,7 +118,6 @@ async def test_a_signed_request_captured_before_a_redis_restart_is_refused_after
             assert (replay.status_code, _code(replay)) == (401, "nonce_replayed"), replay.text
             captures.append((body, captured))
 
-        await asyncio.sleep(1.1)  # the captured timestamps are now strictly older than the loss
         restarted = await asyncio.to_thread(redis_server.restart_empty)
         notes.append(f"captured X-Timestamps {[c['X-Timestamp'] for _, c in captures]}, Redis restarted empty at "
                      f"unix {time.time() - (time.monotonic() - restarted):.2f}")
