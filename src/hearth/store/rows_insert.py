@@ -34,11 +34,11 @@ class _Plan:
     processors: tuple[Callable[[Any], Any] | None, ...]
 
 
-_plans: dict[tuple[int, str], _Plan] = {}
+_plans: dict[tuple[Table, str], _Plan] = {}  # tables live as long as the process
 
 
 def _plan(table: Table, dialect: Dialect) -> _Plan:
-    key = (id(table), dialect.name)
+    key = (table, dialect.name)
     plan = _plans.get(key)
     if plan is None:
         columns = [c for c in table.columns if c is not table.autoincrement_column]
