@@ -7,7 +7,7 @@ then alternates 4 s ``wrk -c64`` runs between them ``--rounds`` times and report
 one's Hearth CPU time per completed request (``/proc/<pid>/stat``: user + system of all its threads)
 and req/s, and the ratio of each pair — a reading that survives the machine's drift.
 
-Usage: ``python bench/governance_paired.py [--rounds 5] [--configs gov-memory,plain-memory]``
+Usage: ``python bench/governance_paired.py [--rounds 5] [--configs gov-memory,plain-memory] [--hearth-env K=V]``
 """
 
 from __future__ import annotations
@@ -35,11 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=int, default=4)
     ap.add_argument("--configs", default="gov-memory,plain-memory",
                     help="two of governance_bench's configurations (memory state only: no Redis is started)")
+    ap.add_argument("--hearth-env", action="append", default=[], metavar="HEARTH_X=VALUE",
+                    help="a setting for both Hearth processes (repeatable), e.g. HEARTH_REQUEST_LOG_BATCH=100")
     a = ap.parse_args(argv)
     names = a.configs.split(",")
     if len(names) != 2 or any(n.endswith("-redis") or n not in g.CONFIGS for n in names):
         ap.error("--configs takes two memory-state configurations of governance_bench.py")
     args = g.parse_args(["--quick", "--no-profile"])
+    args.hearth_env = list(a.hearth_env)
     tmp = Path(tempfile.mkdtemp(prefix="hearth-gov-paired-"))
     env = g.GovEnv(args=args, tmp=tmp, procs=gb.ProcGroup(), sut_cpus=args.sut_cpus, upstream_cpus=args.upstream_cpus,
                    gen_cpus=args.gen_cpus, generator="wrk", signing_key=secrets.token_hex(32))
