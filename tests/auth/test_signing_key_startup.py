@@ -9,9 +9,11 @@ meets such a key on reload keeps its current snapshot instead of switching anyon
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +113,17 @@ def test_start_with_another_master_key_is_refused_naming_the_caller_and_writes_n
     assert asyncio.run(_dump(database_url)) == before  # byte-identical: nothing re-encrypted, nothing bumped
 
 
+async def _logged(caplog: pytest.LogCaptureFixture, event: str, *, times: int, within_s: float = 10.0) -> None:
+    """Wait until the server (a thread of this process) has logged ``event`` ``times`` times."""
+    give_up = time.monotonic() + within_s
+    while sum(r.getMessage() == event for r in caplog.records) < times:
+        assert time.monotonic() < give_up, f"{event!r} was not logged {times} times within {within_s:g} s"
+        await asyncio.sleep(0.02)
+
+
 async def test_a_running_process_never_switches_a_caller_to_the_global_key(tmp_path, database_url, http,
-                                                                           redis_prefix):
+                                                                           redis_prefix, caplog):
+    caplog.set_level(logging.WARNING, logger="hearth.runtime")
     await _seed(database_url, KEY_A)
     # the redis backend: the test writes to the database from outside while the server holds it
     settings = _settings(tmp_path, database_url, KEY_A, _registry(with_signing_key=False),
@@ -133,7 +144,7 @@ async def test_a_running_process_never_switches_a_caller_to_the_global_key(tmp_p
                 await bump_version(conn)
         finally:
             await engine.dispose()
-        await asyncio.sleep(1.0)  # several refresh intervals: each reload fails and is logged
+        await _logged(caplog, "registry_refresh_failed", times=2)  # two refreshes that kept the old snapshot
         for _ in range(3):
             r = await http.get(url, headers={**auth, **signed_headers(GLOBAL_KEY, "GET", url)})
             assert r.status_code == 401 and r.json()["error"]["code"] == "signature_invalid", r.text
