@@ -299,9 +299,12 @@ class BudgetLedger:
             current = await self._state.read_epoch()
         except StateUnavailable:
             return
-        if current is None or all(epoch in ("", current.encode()) for _, epoch in batch):
+        if current is None:
             return
-        stale = [row for row, epoch in batch if epoch and epoch != current.encode()]
+        now_epoch = current.encode()
+        stale = [row for row, epoch in batch if epoch and epoch != now_epoch]
+        if not stale:
+            return
         c = budget_ledger.c
         async with self._engine.connect() as conn:
             result = await conn.execute(select(c.call_id, c.counter_key, c.id).where(
