@@ -31,9 +31,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
     ("hearth.readiness",),
     ("hearth.runtime",),  # composition root: builds the gateway, providers, writers
+    ("hearth.capabilities",),  # summarize, extract, generate, chat: prompt rendered, gateway called, output checked
     ("hearth.gateway", "hearth.auth"),  # the call core; who is calling (callers' keys, signatures)
     ("hearth.providers",),  # upstream adapters, used by the gateway, never using it
-    ("hearth.registry",),  # providers → endpoints → models, scenes, callers; the hot-path snapshot
+    # providers → endpoints → models, scenes, callers (the hot-path snapshot); versioned prompts and roles
+    ("hearth.registry", "hearth.prompts"),
     ("hearth.observability", "hearth.state"),  # request-log writer; state backends (memory | Redis)
     ("hearth.store", "hearth.wire"),  # the database; wire formats (SSE, token estimates)
 ]
@@ -51,7 +53,8 @@ FOUNDATION: tuple[str, ...] = (
 )
 
 # The call core knows nothing of HTTP serving: status codes, headers and responses are api/'s business.
-NO_WEB_FRAMEWORK: tuple[str, ...] = ("hearth.gateway", "hearth.providers", "hearth.wire", "hearth.registry",
+NO_WEB_FRAMEWORK: tuple[str, ...] = ("hearth.capabilities", "hearth.prompts", "hearth.gateway", "hearth.providers",
+                                     "hearth.wire", "hearth.registry",
                                      "hearth.state", "hearth.store")
 WEB_FRAMEWORKS: tuple[str, ...] = ("fastapi", "starlette", "uvicorn")
 

@@ -1,0 +1,1 @@
+"""Capabilities: business-level AI calls (summarize, extract, generate, chat) on top of the gateway."""

@@ -1,0 +1,1 @@
+"""Prompts and roles: versioned, localized templates with one active version per code."""
