@@ -153,6 +153,68 @@ budgets = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
+# owner: hearth.prompts.store — a prompt code and its display fields; its versions below
+prompts = Table(
+    "prompts", metadata,
+    Column("code", String(128), primary_key=True),
+    Column("display_name", String(256), nullable=False),
+    Column("description", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# owner: hearth.prompts.store — immutable content; status moves: inactive | active | disabled
+prompt_versions = Table(
+    "prompt_versions", metadata,
+    Column("code", String(128), ForeignKey("prompts.code"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("default_locale", String(35), nullable=False),
+    Column("contents", JSON, nullable=False),  # {locale: {"system": str | null, "user": str}}
+    Column("variables", JSON, nullable=False),  # [{"name", "required", "allowed", "default", "description"}]
+    Column("model", String(128), nullable=True),
+    Column("scene", String(128), nullable=True),
+    Column("output_schema", JSON, nullable=True),
+    Column("params", JSON, nullable=False),  # generation parameters: temperature, max_tokens, ...
+    Column("quality_gate", JSON, nullable=True),
+    Column("canary_share", Float, nullable=False, default=0.0),  # of a non-active version: share of traffic
+    Column("content_hash", String(64), nullable=False),  # sha256 of the runtime fields: import skips equal ones
+    Column("created_by", String(128), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+Index("uq_prompt_versions_one_active", prompt_versions.c.code, unique=True,
+      sqlite_where=prompt_versions.c.status == "active", postgresql_where=prompt_versions.c.status == "active")
+
+# owner: hearth.prompts.store — the audit trail of status changes (activation, disable, canary)
+prompt_events = Table(
+    "prompt_events", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("code", String(128), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("action", String(32), nullable=False),  # created | activated | deactivated | disabled | canary | updated
+    Column("operator", String(128), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("previous_active", Integer, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+Index("ix_prompt_events_code", prompt_events.c.code, prompt_events.c.id)
+
+# owner: hearth.prompts.store — personas binding a default prompt and model
+roles = Table(
+    "roles", metadata,
+    Column("code", String(128), primary_key=True),
+    Column("display_name", String(256), nullable=False),
+    Column("default_locale", String(35), nullable=False),
+    Column("persona", JSON, nullable=False),  # {locale: system prompt}
+    Column("prompt_code", String(128), nullable=True),
+    Column("model", String(128), nullable=True),
+    Column("scene", String(128), nullable=True),
+    Column("enabled", Boolean, nullable=False, default=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 # owner: hearth.budgets.ledger — the authoritative record of reservations and settlements
 budget_ledger = Table(
     "budget_ledger", metadata,
