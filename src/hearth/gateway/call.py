@@ -211,7 +211,9 @@ class Call:
             fallback_used=ctx.fallback_used, attempted_models=ctx.attempted_models or None,
             effective_max_tokens=ctx.effective_max_tokens, estimated_cost=ctx.estimated_cost,
             attempt_log=[{"endpoint": a.endpoint, "status": a.status, "error_code": a.error_code,
-                          "latency_ms": a.latency_ms} for a in ctx.attempt_log]))
+                          "latency_ms": a.latency_ms} for a in ctx.attempt_log],
+            capability=ctx.capability, prompt_code=ctx.prompt_code, prompt_version=ctx.prompt_version,
+            guardrails=ctx.guardrails))
 
 
 def attempt_outcome(failure: BaseException | None) -> tuple[int, str | None]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from hearth.gateway.budget import Applicable
 from hearth.providers.base import HeaderExchange
@@ -56,6 +57,10 @@ class CallContext:
     max_attempts: int | None = None  # the caller's own attempt budget: likewise
     budget_left: list[tuple[Applicable, int]] = field(default_factory=list)  # after settlement (or reservation)
     headers: HeaderExchange | None = None  # client headers forwarded upstream, upstream headers relayed back
+    capability: str | None = None  # set by the capability API: which capability and prompt version this call serves
+    prompt_code: str | None = None
+    prompt_version: int | None = None
+    guardrails: dict[str, Any] | None = None  # guardrail actions taken for the call (counts, rule ids)
 
     @property
     def caller_name(self) -> str | None:

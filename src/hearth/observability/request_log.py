@@ -64,6 +64,12 @@ class RequestLogRecord:
     effective_max_tokens: int | None = None
     estimated_cost: float | None = None
     attempt_log: list[dict[str, Any]] | None = None  # per attempt: endpoint, status, error_code, latency_ms
+    capability: str | None = None  # summarize | extract | extract_bill | generate | chat (capability API calls)
+    prompt_code: str | None = None
+    prompt_version: int | None = None
+    guardrails: dict[str, Any] | None = None  # actions taken (counts, rule ids), never a raw value
+    degraded: bool | None = None
+    cache_hit: bool | None = None
 
 
 _FIELDS = tuple(f.name for f in fields(RequestLogRecord))

@@ -263,11 +263,19 @@ request_logs = Table(
     Column("estimated_cost", Float, nullable=True),
     # 0007: each attempt's endpoint, status, error code and latency (bounded by request_log.bound_record)
     Column("attempt_log", JSON, nullable=True),
+    # 0009: capabilities — which one, the prompt version it ran, guardrail actions (never raw values)
+    Column("capability", String(32), nullable=True),
+    Column("prompt_code", String(128), nullable=True),
+    Column("prompt_version", Integer, nullable=True),
+    Column("guardrails", JSON, nullable=True),
+    Column("degraded", Boolean, nullable=True),
+    Column("cache_hit", Boolean, nullable=True),
 )
 Index("ix_request_logs_created_at", request_logs.c.created_at)
 Index("ix_request_logs_caller_created", request_logs.c.caller, request_logs.c.created_at)
 Index("ix_request_logs_model_created", request_logs.c.model, request_logs.c.created_at)
 Index("ix_request_logs_request_id", request_logs.c.request_id)
+Index("ix_request_logs_prompt", request_logs.c.prompt_code, request_logs.c.created_at)
 
 # owner: hearth.store.batch_insert — rows a batch writer's table refused (bad data), kept for operators
 dead_rows = Table(

@@ -1,4 +1,5 @@
-"""Prompts (codes, immutable versions with one active per code, an audit trail of status changes) and roles.
+"""Prompts (codes, immutable versions with one active per code, an audit trail of status changes) and roles;
+request logs say which capability and prompt version a row belongs to.
 
 Revision ID: 0009
 Revises: 0008
@@ -74,8 +75,21 @@ def upgrade() -> None:
         sa.Column("updated_at", _TS, nullable=False),
     )
 
+    with op.batch_alter_table("request_logs") as batch:
+        batch.add_column(sa.Column("capability", sa.String(32), nullable=True))
+        batch.add_column(sa.Column("prompt_code", sa.String(128), nullable=True))
+        batch.add_column(sa.Column("prompt_version", sa.Integer, nullable=True))
+        batch.add_column(sa.Column("guardrails", sa.JSON, nullable=True))
+        batch.add_column(sa.Column("degraded", sa.Boolean, nullable=True))
+        batch.add_column(sa.Column("cache_hit", sa.Boolean, nullable=True))
+    op.create_index("ix_request_logs_prompt", "request_logs", ["prompt_code", "created_at"])
+
 
 def downgrade() -> None:
+    op.drop_index("ix_request_logs_prompt", table_name="request_logs")
+    with op.batch_alter_table("request_logs") as batch:
+        for name in ("cache_hit", "degraded", "guardrails", "prompt_version", "prompt_code", "capability"):
+            batch.drop_column(name)
     op.drop_table("roles")
     op.drop_index("ix_prompt_events_code", table_name="prompt_events")
     op.drop_table("prompt_events")
