@@ -24,6 +24,7 @@ from hearth.gateway.service import Gateway
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
+from hearth.prompts.catalog import PromptCatalog
 from hearth.providers.anthropic import AnthropicProvider
 from hearth.providers.base import Provider
 from hearth.providers.http_client import create_session
@@ -59,6 +60,7 @@ class Runtime:
     gateway: Gateway
     ledger: BudgetLedger
     recovery: StateRecovery
+    prompts: PromptCatalog
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -90,6 +92,16 @@ class Runtime:
                     log.info("registry_reloaded", version=self.gateway.registry.version)
             except Exception as exc:
                 log.warning("registry_refresh_failed", error=type(exc).__name__)
+
+    async def _watch_prompts(self) -> None:
+        """Serve prompt and role changes made by other processes within ``prompt_refresh_s``."""
+        while True:
+            await asyncio.sleep(self.settings.prompt_refresh_s)
+            try:
+                if await self.prompts.refresh():
+                    log.info("prompts_reloaded", version=self.prompts.snapshot.version)
+            except Exception as exc:
+                log.warning("prompts_refresh_failed", error=type(exc).__name__)
 
     async def disable_after_auth_failure(self, ep: Endpoint, status: int) -> None:
         """Disable ``ep`` as the gateway's decision: held through applies and restarts until an operator
@@ -179,14 +191,17 @@ async def start_runtime(settings: Settings) -> Runtime:
     gateway = Gateway(settings, state, providers, log_writer=writer, registry=registry, ledger=ledger,
                       recovery=recovery)
     gateway_box.append(gateway)
+    prompts = PromptCatalog(engine)
+    await prompts.load()
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
-                 log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, _claim=claim)
+                 log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     ledger.start()
     recovery.start_watching()
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
+    rt._tasks.append(asyncio.create_task(rt._watch_prompts(), name="prompts-watch"))
     _return_startup_garbage_to_os()
     return rt
 

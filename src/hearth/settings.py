@@ -85,6 +85,19 @@ class Settings(BaseSettings):
     registry_strict: bool = Field(default=False, description="refuse to start unless the registry has an enabled "
                                   "provider and an enabled model with an enabled endpoint (else a warning)")
 
+    prompt_refresh_s: float = Field(default=0.5, gt=0, description="how often to pick up prompt and role changes "
+                                    "made by other processes (an activation is served everywhere within this)")
+    file_root: Path | None = Field(default=None, description="the directory capability inputs' `file_id` is "
+                                   "resolved in (unset: `file_id` is refused)")
+    file_url_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="CIDR networks or host names `file_url` may fetch from although "
+        "they are private, loopback or link-local (comma-separated in the environment)")
+    file_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1, description="largest capability input: text, "
+                                "file or fetched URL")
+    file_url_timeout_s: float = Field(default=10.0, gt=0, description="the whole `file_url` fetch, redirects included")
+    offline_fallback: bool = Field(default=True, description="answer summarize and bill extraction with the local "
+                                   "extractive engine (`degraded: true`) when no model endpoint can serve")
+
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="browser origins allowed to call Hearth (CORS), comma-separated "
         "in the environment, e.g. `https://console.example.com`; `*` allows any; empty: no CORS headers")
@@ -98,7 +111,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r} (an IANA name such as UTC or Asia/Shanghai)") from exc
         return value
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "file_url_allow", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

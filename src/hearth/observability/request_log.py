@@ -329,3 +329,27 @@ async def usage_summary(engine: AsyncEngine, since: datetime | None, caller: str
     return {"requests": int(requests or 0), "errors": int(errors or 0), "prompt_tokens": int(prompt),
             "completion_tokens": int(completion), "total_tokens": int(prompt) + int(completion),
             "cost": float(cost)}
+
+
+async def prompt_version_stats(engine: AsyncEngine, prompt_code: str, since: datetime) -> list[dict[str, Any]]:
+    """Per version of a prompt, from the capability rows (one per capability request): calls, successes,
+    schema failures and their rate, mean and max latency, model calls made, total cost."""
+    t = request_logs
+    stmt = (select(t.c.prompt_version, func.count(), func.sum(case((t.c.status < 400, 1), else_=0)),
+                   func.sum(case((t.c.error_code == "schema_validation_failed", 1), else_=0)),
+                   func.avg(t.c.latency_ms), func.max(t.c.latency_ms), func.coalesce(func.sum(t.c.attempts), 0),
+                   func.coalesce(func.sum(t.c.cost), 0.0))
+            .where(t.c.prompt_code == prompt_code, t.c.route == "capability", t.c.created_at >= since)
+            .group_by(t.c.prompt_version).order_by(t.c.prompt_version))
+    async with engine.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    out = []
+    for version, calls, ok, schema_failed, mean_ms, max_ms, model_calls, cost in rows:
+        calls = int(calls)
+        out.append({"version": version, "calls": calls, "succeeded": int(ok or 0),
+                    "success_rate": round(int(ok or 0) / calls, 4) if calls else None,
+                    "schema_failures": int(schema_failed or 0),
+                    "schema_failure_rate": round(int(schema_failed or 0) / calls, 4) if calls else None,
+                    "latency_ms_mean": round(float(mean_ms or 0.0), 3), "latency_ms_max": round(float(max_ms or 0), 3),
+                    "model_calls": int(model_calls), "cost": float(cost)})
+    return out
