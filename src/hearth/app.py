@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from hearth import __version__
-from hearth.api import admin, budgets, callers_admin, health, openai, request_logs
+from hearth.api import admin, ai, budgets, callers_admin, health, openai, prompts, request_logs
 from hearth.api.error_handlers import install_error_handlers
 from hearth.api.openai_dispatch import OpenAIDispatch
 from hearth.observability.logging import configure_logging, get_logger
@@ -51,6 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(request_logs.router)
     app.include_router(budgets.router)
+    app.include_router(prompts.router)
+    app.include_router(ai.router)
     return app
 
 

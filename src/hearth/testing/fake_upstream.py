@@ -104,6 +104,7 @@ class FakeBehavior:
     ``first_event_delay_ms`` sends a stream's status and headers at once, then
     waits that long before its first event (``latency_ms`` delays the headers too).
     ``extra_prompt_tokens`` is added to the reported prompt usage of chat answers.
+    ``content`` replaces a non-stream chat answer's generated text (its usage still counts ``chunks`` tokens).
     ``response_headers`` are sent with the answer (say ``x-ratelimit-remaining-requests``), whatever it
     is; the headers the server *received* are in :attr:`FakeStats.last_headers`.
     """
@@ -122,6 +123,7 @@ class FakeBehavior:
     extra_prompt_tokens: int = 0  # bill more prompt tokens than the text has (a hidden system prompt, say)
     error_after_chunks: int | None = None  # an OpenAI error event after the N-th content event, then the end
     response_headers: dict[str, str] = field(default_factory=dict)  # added to every answer (errors too)
+    content: str | None = None  # a non-stream chat answer's exact message content (JSON for extraction tests, say)
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -634,7 +636,8 @@ class FakeUpstream:
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
         chat_id = f"chatcmpl-fake-{seq}"
         if not body.get("stream"):
-            message = {"role": "assistant", "content": reply_text(n), "refusal": None}
+            text = reply_text(n) if behavior.content is None else behavior.content
+            message = {"role": "assistant", "content": text, "refusal": None}
             payload = {
                 "id": chat_id,
                 "object": "chat.completion",

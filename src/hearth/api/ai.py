@@ -1,0 +1,146 @@
+"""The capability API (seed 000): ``/api/v1/ai/summarize``, ``/extract``, ``/extract/bill``, ``/text/generate``
+and ``/chat``, answering with the envelope ``{success, data, error, request_id}``.
+
+Callers authenticate as on ``/v1`` (key or shared token, signatures when required); the call runs in the
+caller's governance — scenes, limits, budgets — through :class:`hearth.capabilities.service.Capabilities`.
+This module parses and checks the body, resolves the input text (:mod:`hearth.capabilities.sources`) and
+renders the result; nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from hearth.api.ai_schemas import (
+    AI_ERROR_RESPONSES,
+    BillRequest,
+    CapabilityEnvelope,
+    ChatRequest,
+    ExtractRequest,
+    GenerateRequest,
+    SummarizeRequest,
+)
+from hearth.api.call_limits import caller_timeout_s
+from hearth.api.deps import authenticated_body, client_ip, request_id, runtime
+from hearth.api.envelope import ok
+from hearth.api.openai_schemas import request_body
+from hearth.api.prompts import parse
+from hearth.api.request_body import parse_json_object
+from hearth.auth.internal import PendingNonce
+from hearth.capabilities import bill
+from hearth.capabilities.service import Capabilities, CapabilityCall
+from hearth.capabilities.sources import SourceLimits, read_input
+from hearth.capabilities.structured import check_schema
+from hearth.errors import HearthError
+from hearth.registry.snapshot import Caller
+
+router = APIRouter(prefix="/api/v1/ai", tags=["capabilities"], responses=AI_ERROR_RESPONSES)
+_OK: dict[int | str, dict[str, Any]] = {200: {"model": CapabilityEnvelope}}
+
+
+def _limits(request: Request) -> SourceLimits:
+    s = runtime(request).settings
+    return SourceLimits(file_root=s.file_root, max_bytes=s.file_max_bytes, timeout_s=s.file_url_timeout_s,
+                        url_allow=tuple(s.file_url_allow))
+
+
+def _call(request: Request, capability: str, caller: Caller, nonce: PendingNonce | None,
+          body: Any) -> CapabilityCall:
+    tenant = body.tenant or request.headers.get("x-hearth-tenant")
+    user = body.user or request.headers.get("x-hearth-user")
+    return CapabilityCall(capability=capability, request_id=request_id(request), caller=caller,
+                          prompt_code=getattr(body, "prompt_code", None), role=getattr(body, "role", None),
+                          variables=dict(getattr(body, "variables", None) or {}), locale=body.locale,
+                          scene=body.scene or request.headers.get("x-hearth-scene"), model=body.model,
+                          max_tokens=body.max_tokens, end_user=user[:256] if user else None,
+                          tenant=tenant[:256] if tenant else None, client_ip=client_ip(request), nonce=nonce,
+                          timeout_s=caller_timeout_s(request.headers))
+
+
+async def _run(request: Request, call: CapabilityCall) -> Response:
+    rt = runtime(request)
+    service = Capabilities(rt.gateway, offline_fallback=rt.settings.offline_fallback)
+    result = await service.run(call, rt.prompts.snapshot)
+    return ok(request, result.data)
+
+
+async def _with_input(request: Request, call: CapabilityCall, raw: dict[str, Any]) -> CapabilityCall:
+    source = await read_input(raw, _limits(request), session=runtime(request).session)
+    call.text, call.source = source.text, source.source
+    return call
+
+
+async def _parsed(request: Request) -> tuple[Caller, PendingNonce | None, dict[str, Any]]:
+    caller, raw, nonce = await authenticated_body(request)
+    return caller, nonce, parse_json_object(raw)
+
+
+@router.post("/summarize", summary="Summarize a text, a file or a URL's text", responses=_OK,
+             openapi_extra=request_body(SummarizeRequest))
+async def summarize(request: Request) -> Response:
+    caller, nonce, raw = await _parsed(request)
+    body = parse(SummarizeRequest, raw, "request")
+    call = _call(request, "summarize", caller, nonce, body)
+    if body.max_sentences is not None:
+        call.variables.setdefault("max_sentences", body.max_sentences)
+    return await _run(request, await _with_input(request, call, raw))
+
+
+@router.post("/extract", summary="Extract a JSON document matching a schema (inline or `schema_code`)",
+             responses=_OK, openapi_extra=request_body(ExtractRequest))
+async def extract(request: Request) -> Response:
+    caller, nonce, raw = await _parsed(request)
+    body = parse(ExtractRequest, raw, "request")
+    call = _call(request, "extract", caller, nonce, body)
+    if body.schema_ is not None:
+        check_schema(body.schema_)
+        call.schema = body.schema_
+    elif body.schema_code is not None:
+        call.schema = _schema_by_code(request, body.schema_code)
+    return await _run(request, await _with_input(request, call, raw))
+
+
+def _schema_by_code(request: Request, code: str) -> dict[str, Any]:
+    """A built-in schema (``bill``) or the output schema of an active prompt of that code."""
+    if code == bill.BILL_SCHEMA_CODE:
+        return bill.BILL_SCHEMA
+    version = runtime(request).prompts.snapshot.active.get(code)
+    if version is None or version.output_schema is None:
+        raise HearthError("schema_not_found", f"No schema `{code}`: use `bill` or the code of an active prompt "
+                          "with an output schema.", param="schema_code")
+    return dict(version.output_schema)
+
+
+@router.post("/extract/bill", summary="Extract a bill (invoice or receipt) with the built-in schema and rules",
+             responses=_OK, openapi_extra=request_body(BillRequest))
+async def extract_bill(request: Request) -> Response:
+    caller, nonce, raw = await _parsed(request)
+    body = parse(BillRequest, raw, "request")
+    call = _call(request, "extract_bill", caller, nonce, body)
+    return await _run(request, await _with_input(request, call, raw))
+
+
+@router.post("/text/generate", summary="Generate text from a prompt (or a role's prompt) and variables",
+             responses=_OK, openapi_extra=request_body(GenerateRequest))
+async def text_generate(request: Request) -> Response:
+    caller, nonce, raw = await _parsed(request)
+    body = parse(GenerateRequest, raw, "request")
+    if body.prompt_code is None and body.role is None:
+        raise HearthError("invalid_request", "`prompt_code` or `role` is required.", param="prompt_code")
+    return await _run(request, _call(request, "generate", caller, nonce, body))
+
+
+@router.post("/chat", summary="Chat with a role (its persona and model) or the default assistant",
+             responses=_OK, openapi_extra=request_body(ChatRequest))
+async def chat(request: Request) -> Response:
+    caller, nonce, raw = await _parsed(request)
+    body = parse(ChatRequest, raw, "request")
+    if body.stream:
+        raise HearthError("unsupported_feature", "Streaming chat on the capability API is not available yet; "
+                          "use /v1/chat/completions with stream=true.", param="stream")
+    call = _call(request, "chat", caller, nonce, body)
+    call.messages = [m.model_dump() for m in body.messages]
+    return await _run(request, call)
