@@ -180,3 +180,17 @@ async def test_bad_capability_input_is_a_clear_4xx(fake, server, http, body, cod
     assert 400 <= r.status_code < 500, r.text
     assert r.json()["error"]["code"] == code
     assert fake.stats.requests == 0
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_openapi_lists_every_capability_with_request_and_response_schemas_and_examples(server, http):
+    doc = (await http.get(server.base_url + "/openapi.json")).json()
+    for path in ("/api/v1/ai/summarize", "/api/v1/ai/extract", "/api/v1/ai/extract/bill", "/api/v1/ai/text/generate",
+                 "/api/v1/ai/chat"):
+        op = doc["paths"][path]["post"]
+        request = op["requestBody"]["content"]["application/json"]["schema"]
+        assert request["properties"] and request.get("examples"), path
+        assert op["responses"]["200"]["content"]["application/json"]["schema"], path
+        assert {"400", "422", "429"} <= set(op["responses"]), path
+    for path in ("/api/v1/prompts", "/api/v1/prompts/{code}/versions/{version}", "/api/v1/roles"):
+        assert path in doc["paths"], path

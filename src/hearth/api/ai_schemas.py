@@ -63,7 +63,7 @@ class GenerateRequest(_Common):
                                                                "variables": {"topic": "fractions", "count": 3}}]})
 
 
-class ChatMessage(BaseModel):
+class CapabilityChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["user", "assistant", "system"]
@@ -73,7 +73,7 @@ class ChatMessage(BaseModel):
 class ChatRequest(_Common):
     role: str | None = Field(default=None, max_length=128, description="the persona (system prompt), its "
                              "default prompt and model")
-    messages: list[ChatMessage] = Field(min_length=1, max_length=500)
+    messages: list[CapabilityChatMessage] = Field(min_length=1, max_length=500)
     stream: bool = False
     request_id: str | None = Field(default=None, max_length=64, description="makes the call idempotent (planned)")
 
