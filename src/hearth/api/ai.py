@@ -47,7 +47,7 @@ def _limits(request: Request) -> SourceLimits:
                         url_allow=tuple(s.file_url_allow))
 
 
-def _call(request: Request, capability: str, caller: Caller, nonce: PendingNonce | None,
+def _call(request: Request, capability: str, caller: Caller, nonce: PendingNonce | None, *,
           body: Any) -> CapabilityCall:
     tenant = body.tenant or request.headers.get("x-hearth-tenant")
     user = body.user or request.headers.get("x-hearth-user")
@@ -83,7 +83,7 @@ async def _parsed(request: Request) -> tuple[Caller, PendingNonce | None, dict[s
 async def summarize(request: Request) -> Response:
     caller, nonce, raw = await _parsed(request)
     body = parse(SummarizeRequest, raw, "request")
-    call = _call(request, "summarize", caller, nonce, body)
+    call = _call(request, "summarize", caller, nonce, body=body)
     if body.max_sentences is not None:
         call.variables.setdefault("max_sentences", body.max_sentences)
     return await _run(request, await _with_input(request, call, raw))
@@ -94,7 +94,7 @@ async def summarize(request: Request) -> Response:
 async def extract(request: Request) -> Response:
     caller, nonce, raw = await _parsed(request)
     body = parse(ExtractRequest, raw, "request")
-    call = _call(request, "extract", caller, nonce, body)
+    call = _call(request, "extract", caller, nonce, body=body)
     if body.schema_ is not None:
         check_schema(body.schema_)
         call.schema = body.schema_
@@ -119,7 +119,7 @@ def _schema_by_code(request: Request, code: str) -> dict[str, Any]:
 async def extract_bill(request: Request) -> Response:
     caller, nonce, raw = await _parsed(request)
     body = parse(BillRequest, raw, "request")
-    call = _call(request, "extract_bill", caller, nonce, body)
+    call = _call(request, "extract_bill", caller, nonce, body=body)
     return await _run(request, await _with_input(request, call, raw))
 
 
@@ -130,7 +130,7 @@ async def text_generate(request: Request) -> Response:
     body = parse(GenerateRequest, raw, "request")
     if body.prompt_code is None and body.role is None:
         raise HearthError("invalid_request", "`prompt_code` or `role` is required.", param="prompt_code")
-    return await _run(request, _call(request, "generate", caller, nonce, body))
+    return await _run(request, _call(request, "generate", caller, nonce, body=body))
 
 
 @router.post("/chat", summary="Chat with a role (its persona and model) or the default assistant",
@@ -141,6 +141,6 @@ async def chat(request: Request) -> Response:
     if body.stream:
         raise HearthError("unsupported_feature", "Streaming chat on the capability API is not available yet; "
                           "use /v1/chat/completions with stream=true.", param="stream")
-    call = _call(request, "chat", caller, nonce, body)
+    call = _call(request, "chat", caller, nonce, body=body)
     call.messages = [m.model_dump() for m in body.messages]
     return await _run(request, call)

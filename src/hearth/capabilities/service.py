@@ -132,17 +132,17 @@ class Capabilities:
         model = call.model or version.model or (role.model if role else None)
         scene = call.scene or version.scene or (role.scene if role else None)
         if model is None and scene is None and call.caller.default_scene is None:
-            return self._degraded_or(call, version, locale, run, HearthError(
+            return self._degraded_or(call, version, locale, run, exc=HearthError(
                 "invalid_request", "No model: name one, or a scene with a default model.", param="model"))
         try:
             content = await self._model_call(call, version, run, messages=messages, model=model, scene=scene,
                                              purpose="initial")
         except HearthError as exc:
             if exc.code in _UNSERVED and call.model is None:
-                return self._degraded_or(call, version, locale, run, exc)
+                return self._degraded_or(call, version, locale, run, exc=exc)
             raise
         if schema is None:
-            return self._answer(call, version, locale, run, self._plain_result(call, content))
+            return self._answer(call, version, locale, run, result=self._plain_result(call, content))
         document, problems = _checked(content, schema, call.capability)
         if problems:
             messages = [*messages, {"role": "assistant", "content": content},
@@ -153,7 +153,7 @@ class Capabilities:
             if problems:
                 raise HearthError("schema_validation_failed", details={
                     "errors": [p.as_dict() for p in problems], "attempts": run.attempts})
-        return self._answer(call, version, locale, run, {"data": document})
+        return self._answer(call, version, locale, run, result={"data": document})
 
     def _schema(self, call: CapabilityCall, version: PromptVersion) -> dict[str, Any] | None:
         if call.capability == "extract_bill":
@@ -212,7 +212,7 @@ class Capabilities:
             raise HearthError("upstream_error", "The model's answer had no message content.") from None
         return content if isinstance(content, str) else ""
 
-    def _degraded_or(self, call: CapabilityCall, version: PromptVersion, locale: str, run: _Run,
+    def _degraded_or(self, call: CapabilityCall, version: PromptVersion, locale: str, run: _Run, *,
                      exc: HearthError) -> CapabilityResult:
         if not self.offline_fallback or call.capability not in ("summarize", "extract_bill"):
             raise exc
@@ -223,10 +223,10 @@ class Capabilities:
                 text, max_sentences=sentences if isinstance(sentences, int) and sentences > 0 else 3)}
         else:
             result = {"data": offline.extract_bill(text)}
-        return self._answer(call, version, locale, run, result, degraded=True, reason=exc.code)
+        return self._answer(call, version, locale, run, result=result, degraded=True, reason=exc.code)
 
-    def _answer(self, call: CapabilityCall, version: PromptVersion, locale: str, run: _Run, result: dict[str, Any],
-                *, degraded: bool = False, reason: str | None = None) -> CapabilityResult:
+    def _answer(self, call: CapabilityCall, version: PromptVersion, locale: str, run: _Run, *,
+                result: dict[str, Any], degraded: bool = False, reason: str | None = None) -> CapabilityResult:
         ctx = run.last
         data: dict[str, Any] = {
             **result, "usage": {"prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,

@@ -91,16 +91,18 @@ def render_messages(version: PromptVersion, locale: str | None, variables: Mappi
     chosen = pick_locale(locale, version.contents.keys(), version.default_locale)
     context = {**(builtins or {}), **bind_variables(version, variables), "locale": chosen}
     parts = version.contents[chosen]
-    system = [s for s in (system_prefix, _render(version, chosen, "system", parts.get("system"), context)) if s]
+    own_system = _render(version, chosen, "system", parts.get("system"), context=context)
+    system = [s for s in (system_prefix, own_system) if s]
     messages = [{"role": "system", "content": "\n\n".join(system)}] if system else []
-    messages.append({"role": "user", "content": _render(version, chosen, "user", parts.get("user"), context) or ""})
+    messages.append({"role": "user", "content": _render(version, chosen, "user", parts.get("user"), context=context)})
     return chosen, messages
 
 
-def _render(version: PromptVersion, locale: str, part: str, source: str | None, context: Mapping[str, Any]) -> str:
+def _render(version: PromptVersion, locale: str, part: str, source: str | None, *,
+            context: Mapping[str, Any]) -> str:
     if not source:
         return ""
-    template = _compiled(version.code, version.version, locale, part, source)
+    template = _compiled(version.code, version.version, locale, part, source=source)
     try:
         out = template.render(context)
     except UndefinedError as exc:
@@ -119,7 +121,7 @@ def _render(version: PromptVersion, locale: str, part: str, source: str | None, 
 
 
 @lru_cache(maxsize=4096)
-def _compiled(code: str, version: int, locale: str, part: str, source: str) -> Template:
+def _compiled(code: str, version: int, locale: str, part: str, *, source: str) -> Template:
     """One compiled template per immutable (code, version, locale, part); ``source`` completes the key so a
     database rebuilt under the same numbers (tests, restores) can never serve another text."""
     return _ENV.from_string(source)

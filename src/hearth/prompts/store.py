@@ -56,9 +56,11 @@ async def create_version(engine: AsyncEngine, spec: PromptCreate) -> dict[str, A
                     output_schema=spec.output_schema, params=spec.params, quality_gate=spec.quality_gate,
                     canary_share=0.0, content_hash=spec.content_hash(), created_by=spec.operator,
                     created_at=now, updated_at=now))
-                await _event(conn, spec.code, number, "created", spec.operator, spec.reason, None, now)
+                await _event(conn, spec.code, number, "created", operator=spec.operator, reason=spec.reason,
+                             previous=None, now=now)
                 if activate:
-                    await _event(conn, spec.code, number, "activated", spec.operator, spec.reason, active, now)
+                    await _event(conn, spec.code, number, "activated", operator=spec.operator, reason=spec.reason,
+                                 previous=active, now=now)
                 await bump_catalog_version(conn)
                 return await _version_row(conn, spec.code, number)
         except IntegrityError:
@@ -89,13 +91,13 @@ async def _change_status(conn: AsyncConnection, code: str, number: int, status: 
     if status == "active":
         if active is not None:
             await _set(conn, code, active, status="inactive", canary_share=0.0, now=now)
-            await _event(conn, code, active, "deactivated", operator, reason, active, now)
+            await _event(conn, code, active, "deactivated", operator=operator, reason=reason, previous=active, now=now)
         await _set(conn, code, number, status="active", canary_share=0.0, now=now)
-        await _event(conn, code, number, "activated", operator, reason, active, now)
+        await _event(conn, code, number, "activated", operator=operator, reason=reason, previous=active, now=now)
     else:
         await _set(conn, code, number, status=status, canary_share=0.0, now=now)
-        await _event(conn, code, number, "disabled" if status == "disabled" else "deactivated", operator, reason,
-                     active, now)
+        await _event(conn, code, number, "disabled" if status == "disabled" else "deactivated", operator=operator,
+                     reason=reason, previous=active, now=now)
 
 
 async def _change_canary(conn: AsyncConnection, code: str, number: int, share: float, *, operator: str,
@@ -107,8 +109,9 @@ async def _change_canary(conn: AsyncConnection, code: str, number: int, share: f
         await conn.execute(update(prompt_versions).where(_V.code == code, _V.version != number, _V.canary_share > 0)
                            .values(canary_share=0.0, updated_at=now))
     await _set(conn, code, number, status=row["status"], canary_share=share, now=now)
-    await _event(conn, code, number, "canary", operator, f"share={share}" + (f": {reason}" if reason else ""),
-                 await _active_version(conn, code), now)
+    await _event(conn, code, number, "canary", operator=operator,
+                 reason=f"share={share}" + (f": {reason}" if reason else ""),
+                 previous=await _active_version(conn, code), now=now)
 
 
 async def _touch(conn: AsyncConnection, code: str, now: datetime, *, display_name: str | None = None,
@@ -134,8 +137,8 @@ async def _set(conn: AsyncConnection, code: str, number: int, *, status: str, ca
                        .values(status=status, canary_share=canary_share, updated_at=now))
 
 
-async def _event(conn: AsyncConnection, code: str, number: int, action: str, operator: str, reason: str | None,
-                 previous: int | None, now: datetime) -> None:
+async def _event(conn: AsyncConnection, code: str, number: int, action: str, *, operator: str,
+                 reason: str | None, previous: int | None, now: datetime) -> None:
     await conn.execute(prompt_events.insert().values(code=code, version=number, action=action, operator=operator,
                                                      reason=reason, previous_active=previous, created_at=now))
 
