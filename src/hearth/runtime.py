@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.capabilities.chat_stream import ChatRuns
 from hearth.gateway.budget_balances import sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.endpoint_admission import cooldown_key
@@ -61,6 +62,7 @@ class Runtime:
     ledger: BudgetLedger
     recovery: StateRecovery
     prompts: PromptCatalog
+    chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)

@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     file_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1, description="largest capability input: text, "
                                 "file or fetched URL")
     file_url_timeout_s: float = Field(default=10.0, gt=0, description="the whole `file_url` fetch, redirects included")
+    chat_keep_s: float = Field(default=600.0, gt=0, description="how long a capability chat's answer and events are "
+                               "kept for duplicates of its `request_id` and for resuming with Last-Event-ID")
+    sse_heartbeat_s: float = Field(default=15.0, gt=0, description="capability chat streams send a `heartbeat` "
+                                   "event after this much silence")
     offline_fallback: bool = Field(default=True, description="answer summarize and bill extraction with the local "
                                    "extractive engine (`degraded: true`) when no model endpoint can serve")
 

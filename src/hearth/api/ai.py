@@ -26,11 +26,13 @@ from hearth.api.ai_schemas import (
 from hearth.api.call_limits import caller_timeout_s
 from hearth.api.deps import authenticated_body, client_ip, request_id, runtime
 from hearth.api.envelope import ok
+from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai_schemas import request_body
 from hearth.api.prompts import parse
 from hearth.api.request_body import parse_json_object
 from hearth.auth.internal import PendingNonce
 from hearth.capabilities import bill
+from hearth.capabilities.chat import ChatOptions, chat_key, chat_once, chat_stream
 from hearth.capabilities.service import Capabilities, CapabilityCall
 from hearth.capabilities.sources import SourceLimits, read_input
 from hearth.capabilities.structured import check_schema
@@ -133,14 +135,34 @@ async def text_generate(request: Request) -> Response:
     return await _run(request, _call(request, "generate", caller, nonce, body=body))
 
 
-@router.post("/chat", summary="Chat with a role (its persona and model) or the default assistant",
-             responses=_OK, openapi_extra=request_body(ChatRequest))
+@router.post("/chat", summary="Chat with a role (its persona and model) or the default assistant; `stream: true` "
+             "answers with SSE events message / heartbeat / busy / error / done",
+             openapi_extra=request_body(ChatRequest),
+             responses={200: {"model": CapabilityEnvelope, "content": {"text/event-stream": {}}}})
 async def chat(request: Request) -> Response:
     caller, nonce, raw = await _parsed(request)
     body = parse(ChatRequest, raw, "request")
-    if body.stream:
-        raise HearthError("unsupported_feature", "Streaming chat on the capability API is not available yet; "
-                          "use /v1/chat/completions with stream=true.", param="stream")
     call = _call(request, "chat", caller, nonce, body=body)
     call.messages = [m.model_dump() for m in body.messages]
-    return await _run(request, call)
+    rt = runtime(request)
+    s = rt.settings
+    options = ChatOptions(engine=rt.engine, runs=rt.chat_runs, heartbeat_s=s.sse_heartbeat_s, keep_s=s.chat_keep_s,
+                          wait_s=s.request_timeout_s + 30)
+    service = Capabilities(rt.gateway, offline_fallback=s.offline_fallback)
+    key = chat_key(call, body.request_id)
+    if not body.stream:
+        result = await chat_once(service, call, rt.prompts.snapshot, key=key, options=options)
+        return ok(request, result.data)
+    stream = await chat_stream(service, call, rt.prompts.snapshot, key=key,
+                               last_event_id=_last_event_id(request), options=options)
+    return EventStreamResponse(stream, {"x-request-id": call.request_id})
+
+
+def _last_event_id(request: Request) -> int:
+    raw = request.headers.get("last-event-id")
+    if raw is None or raw == "":
+        return 0
+    if not raw.isdigit() or len(raw) > 9:
+        raise HearthError("invalid_request", "`Last-Event-ID` must be the id of an event this stream sent.",
+                          param="Last-Event-ID")
+    return int(raw)

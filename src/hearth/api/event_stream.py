@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
 
 import orjson
 from starlette.requests import Request
@@ -97,10 +97,18 @@ class _Started:
         self.value = False
 
 
+class FrameSource(Protocol):
+    """What the response relays: SSE frames, then ``close`` (always awaited, whatever happened)."""
+
+    def frames(self) -> AsyncIterator[bytes]: ...
+
+    async def close(self) -> None: ...
+
+
 class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
-    def __init__(self, relay: RelayStream | None, headers: dict[str, str] | None = None, *,
+    def __init__(self, relay: FrameSource | None, headers: dict[str, str] | None = None, *,
                  send_timeout_s: float | None = None) -> None:
         # Deliberately not calling Response.__init__: there is no body to render up front.
         self.status_code = 200
@@ -200,7 +208,7 @@ class EventStreamResponse(Response):
                 await asyncio.sleep(0)  # let the server see the connection lost before we return
 
     async def _open(self, scope: Scope, receive: Receive, send: Send, timer: _StallTimer,
-                    *, started: _Started) -> RelayStream | None:
+                    *, started: _Started) -> FrameSource | None:
         """Await the stream being opened, with keep-alives past ``keepalive_s``; None if it failed
         (the failure answered: a JSON error if nothing was sent yet, else an SSE error event)."""
         assert self._opening is not None and self._headers_of is not None

@@ -31,6 +31,7 @@ from hearth.observability.request_log import RequestLogRecord
 from hearth.prompts.catalog import CatalogSnapshot
 from hearth.prompts.rendering import render_messages
 from hearth.prompts.spec import PromptVersion, Role
+from hearth.providers.base import Usage
 from hearth.registry.snapshot import Caller
 
 DEFAULT_PROMPT = {"summarize": "summary", "extract": "extraction", "extract_bill": "bill_extraction",
@@ -63,6 +64,16 @@ class CapabilityCall:
     nonce: Any = None  # a signed request's nonce: claimed by the first model call only
     timeout_s: float | None = None
     source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    version: PromptVersion
+    locale: str
+    messages: list[dict[str, Any]]
+    schema: dict[str, Any] | None
+    model: str | None
+    scene: str | None
 
 
 @dataclass(slots=True)
@@ -112,9 +123,14 @@ class Capabilities:
                 return BUILTIN[code]
             raise
 
-    async def _run(self, call: CapabilityCall, version: PromptVersion | None, role: Role | None,
-                   run: _Run) -> CapabilityResult:
+    def prepare(self, call: CapabilityCall, snapshot: CatalogSnapshot) -> Prepared:
+        """The prompt version, locale, messages, model and scene a call runs with (no model call yet)."""
+        role = snapshot.role(call.role) if call.role else None
+        version = self._prompt(call, snapshot, role)
         assert version is not None
+        return self._prepared(call, version, role)
+
+    def _prepared(self, call: CapabilityCall, version: PromptVersion, role: Role | None) -> Prepared:
         persona = None
         if role is not None:
             persona = role.persona.get(call.locale or "", role.persona[role.default_locale])
@@ -129,8 +145,37 @@ class Capabilities:
         locale, messages = render_messages(version, call.locale, variables, builtins=builtins, system_prefix=persona)
         if call.capability == "chat":
             messages = [m for m in messages if m["role"] == "system" or m["content"]] + list(call.messages or [])
-        model = call.model or version.model or (role.model if role else None)
-        scene = call.scene or version.scene or (role.scene if role else None)
+        return Prepared(version=version, locale=locale, messages=messages, schema=schema,
+                        model=call.model or version.model or (role.model if role else None),
+                        scene=call.scene or version.scene or (role.scene if role else None))
+
+    def chat_body(self, call: CapabilityCall, prepared: Prepared) -> dict[str, Any]:
+        body: dict[str, Any] = {**prepared.version.params, "messages": prepared.messages}
+        if prepared.model is not None:
+            body["model"] = prepared.model
+        if call.max_tokens is not None:
+            body["max_tokens"] = call.max_tokens
+        return body
+
+    def call_context(self, call: CapabilityCall, prepared: Prepared, *, first: bool) -> CallContext:
+        return CallContext(request_id=call.request_id, caller=call.caller, route="chat", end_user=call.end_user,
+                           tenant=call.tenant, client_ip=call.client_ip, requested_scene=prepared.scene,
+                           pending_nonce=call.nonce if first else None, timeout_s=call.timeout_s,
+                           capability=call.capability, prompt_code=prepared.version.code,
+                           prompt_version=prepared.version.version)
+
+    def cost_of(self, ctx: CallContext, usage: Usage | None) -> float:
+        if usage is None or ctx.endpoint is None or ctx.model is None:
+            return 0.0
+        price = self.gateway.registry.price_for(ctx.endpoint, ctx.model)
+        return price.cost(usage.prompt_tokens, usage.completion_tokens) if price is not None else 0.0
+
+    async def _run(self, call: CapabilityCall, version: PromptVersion | None, role: Role | None,
+                   run: _Run) -> CapabilityResult:
+        assert version is not None
+        prepared = self._prepared(call, version, role)
+        locale, messages, schema, model, scene = (prepared.locale, prepared.messages, prepared.schema,
+                                                  prepared.model, prepared.scene)
         if model is None and scene is None and call.caller.default_scene is None:
             return self._degraded_or(call, version, locale, run, exc=HearthError(
                 "invalid_request", "No model: name one, or a scene with a default model.", param="model"))
@@ -174,15 +219,9 @@ class Capabilities:
 
     async def _model_call(self, call: CapabilityCall, version: PromptVersion, run: _Run, *,
                           messages: list[dict[str, Any]], model: str | None, scene: str | None, purpose: str) -> str:
-        ctx = CallContext(request_id=call.request_id, caller=call.caller, route="chat", end_user=call.end_user,
-                          tenant=call.tenant, client_ip=call.client_ip, requested_scene=scene,
-                          pending_nonce=call.nonce if not run.attempts else None, timeout_s=call.timeout_s,
-                          capability=call.capability, prompt_code=version.code, prompt_version=version.version)
-        body: dict[str, Any] = {**version.params, "messages": messages}
-        if model is not None:
-            body["model"] = model
-        if call.max_tokens is not None:
-            body["max_tokens"] = call.max_tokens
+        prepared = Prepared(version=version, locale="", messages=messages, schema=None, model=model, scene=scene)
+        ctx = self.call_context(call, prepared, first=not run.attempts)
+        body = self.chat_body(call, prepared)
         started = time.perf_counter()
         run.last = ctx
         attempt: dict[str, Any] = {"purpose": purpose, "model": None, "endpoint": None, "status": 0,
@@ -197,10 +236,7 @@ class Capabilities:
             attempt.update(model=ctx.model, endpoint=ctx.endpoint.name if ctx.endpoint else None,
                            latency_ms=round((time.perf_counter() - started) * 1000, 3))
         usage = reply.usage
-        cost = 0.0
-        if usage is not None and ctx.endpoint is not None and ctx.model is not None:
-            price = self.gateway.registry.price_for(ctx.endpoint, ctx.model)
-            cost = price.cost(usage.prompt_tokens, usage.completion_tokens) if price is not None else 0.0
+        cost = self.cost_of(ctx, usage)
         attempt.update(status=200, prompt_tokens=usage.prompt_tokens if usage else 0,
                        completion_tokens=usage.completion_tokens if usage else 0, cost=cost)
         run.prompt_tokens += attempt["prompt_tokens"]

@@ -215,6 +215,20 @@ roles = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
+# owner: hearth.capabilities.chat_requests — idempotent chat: one model call per (caller, user, request id)
+chat_requests = Table(
+    "chat_requests", metadata,
+    Column("caller", String(128), primary_key=True),
+    Column("end_user", String(256), primary_key=True),  # "" when the request names no user
+    Column("request_id", String(64), primary_key=True),
+    Column("status", String(16), nullable=False),  # running | succeeded | failed
+    Column("events", JSON, nullable=True),  # the SSE events sent, in order (id, event, data), once finished
+    Column("result", JSON, nullable=True),  # the answer's data (non-stream) once succeeded
+    Column("error", JSON, nullable=True),  # {code, message, status} once failed
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
 # owner: hearth.budgets.ledger — the authoritative record of reservations and settlements
 budget_ledger = Table(
     "budget_ledger", metadata,
