@@ -81,7 +81,7 @@ class ChatRequest(_Common):
 
 
 class AttemptView(BaseModel):
-    purpose: Literal["initial", "corrective_retry"]
+    purpose: Literal["initial", "corrective_retry", "moderation_retry"]
     model: str | None
     endpoint: str | None
     status: int

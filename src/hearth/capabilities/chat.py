@@ -4,7 +4,7 @@ request streams or not, and whichever process a duplicate reaches (see :mod:`cha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -82,10 +82,14 @@ async def chat_stream(service: Capabilities, call: CapabilityCall, snapshot: Cat
             return FollowingChatStream(run=None, key=key, engine=options.engine, after=last_event_id,
                                        heartbeat_s=options.heartbeat_s, stored=stored, wait_s=options.wait_s)
     prepared = service.prepare(call, snapshot)
+    guard = service.guard(call, prepared)
+    guard.check_inputs(service.inputs_of(call))
+    prepared = replace(prepared, messages=guard.redact_messages(prepared.messages))
     body = service.chat_body(call, prepared)
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
     ctx = service.call_context(call, prepared, first=True)
+    ctx.guardrails = guard.record or None
 
     async def opening() -> RelayStream:
         return await service.gateway.open_stream(ctx, body)

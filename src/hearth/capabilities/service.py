@@ -23,6 +23,7 @@ import orjson
 
 from hearth.capabilities import bill, offline
 from hearth.capabilities.defaults import BUILTIN
+from hearth.capabilities.scene_guard import SceneGuard
 from hearth.capabilities.structured import NoJson, Problem, correction_message, parse_json_output, validate
 from hearth.errors import HearthError
 from hearth.gateway.context import CallContext
@@ -91,6 +92,7 @@ class _Run:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
+    guardrails: dict[str, Any] = field(default_factory=dict)
 
 
 class Capabilities:
@@ -149,6 +151,19 @@ class Capabilities:
                         model=call.model or version.model or (role.model if role else None),
                         scene=call.scene or version.scene or (role.scene if role else None))
 
+    def guard(self, call: CapabilityCall, prepared: Prepared) -> SceneGuard:
+        """The guardrails of the scene the call runs in (off when it has none)."""
+        name = prepared.scene or call.caller.default_scene
+        scene = self.gateway.registry.scenes.get(name) if name else None
+        return SceneGuard.for_scene(scene.guardrails if scene is not None else None)
+
+    @staticmethod
+    def inputs_of(call: CapabilityCall) -> list[str]:
+        """What the caller supplied (checked for injection): the input text, string variables, user turns."""
+        inputs = [call.text or ""] + [v for v in call.variables.values() if isinstance(v, str)]
+        return inputs + [m["content"] for m in call.messages or []
+                         if m.get("role") == "user" and isinstance(m.get("content"), str)]
+
     def chat_body(self, call: CapabilityCall, prepared: Prepared) -> dict[str, Any]:
         body: dict[str, Any] = {**prepared.version.params, "messages": prepared.messages}
         if prepared.model is not None:
@@ -179,6 +194,10 @@ class Capabilities:
         if model is None and scene is None and call.caller.default_scene is None:
             return self._degraded_or(call, version, locale, run, exc=HearthError(
                 "invalid_request", "No model: name one, or a scene with a default model.", param="model"))
+        guard = self.guard(call, prepared)
+        run.guardrails = guard.record
+        guard.check_inputs(self.inputs_of(call))
+        messages = guard.redact_messages(messages)
         try:
             content = await self._model_call(call, version, run, messages=messages, model=model, scene=scene,
                                              purpose="initial")
@@ -186,6 +205,14 @@ class Capabilities:
             if exc.code in _UNSERVED and call.model is None:
                 return self._degraded_or(call, version, locale, run, exc=exc)
             raise
+        if guard.moderation_matches(content):
+            if guard.policy.moderation_action != "regenerate":
+                raise HearthError("content_moderation_rejected", details={"guardrails": guard.record})
+            content = await self._model_call(call, version, run, messages=messages, model=model, scene=scene,
+                                             purpose="moderation_retry")
+            if guard.moderation_matches(content):
+                raise HearthError("content_moderation_rejected", details={"guardrails": guard.record})
+        content = guard.answer(content)
         if schema is None:
             return self._answer(call, version, locale, run, result=self._plain_result(call, content))
         document, problems = _checked(content, schema, call.capability)
@@ -221,6 +248,7 @@ class Capabilities:
                           messages: list[dict[str, Any]], model: str | None, scene: str | None, purpose: str) -> str:
         prepared = Prepared(version=version, locale="", messages=messages, schema=None, model=model, scene=scene)
         ctx = self.call_context(call, prepared, first=not run.attempts)
+        ctx.guardrails = run.guardrails or None
         body = self.chat_body(call, prepared)
         started = time.perf_counter()
         run.last = ctx
@@ -293,6 +321,7 @@ class Capabilities:
             scene=ctx.scene if ctx else call.scene, capability=call.capability,
             prompt_code=version.code if version else call.prompt_code,
             prompt_version=version.version if version else None, degraded=bool(degraded) if degraded else None,
+            guardrails=run.guardrails or None,
             cache_hit=False))
 
 

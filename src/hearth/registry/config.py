@@ -177,6 +177,17 @@ class CallerSpec(_Strict):
     limits: CallerLimitsSpec = Field(default_factory=CallerLimitsSpec)
 
 
+class SceneGuardrailsSpec(_Strict):
+    """What the capability API does around a scene's model calls (seed 002 §9); everything off by default."""
+
+    redact_pii: list[Literal["phone", "id_card", "email", "bank_card"]] | bool = Field(
+        default_factory=list, description="PII kinds replaced by placeholders before the model (true: all)")
+    restore_pii: bool = Field(default=False, description="put the originals back into the answer")
+    injection: Literal["off", "flag", "block"] = "off"
+    moderation_terms: list[str] = Field(default_factory=list, description="terms the answer must not contain")
+    moderation_action: Literal["block", "regenerate"] = "block"
+
+
 class SceneSpec(_Strict):
     """A business purpose: its default model, which models it may use, a max_tokens cap, fallbacks."""
 
@@ -186,6 +197,10 @@ class SceneSpec(_Strict):
     max_tokens_cap: int | None = Field(default=None, ge=1)
     fallback_models: list[RegistryName] = Field(default_factory=list)
     enabled: bool = True
+    guardrails: SceneGuardrailsSpec | None = Field(default=None, description="capability API guardrails")
+    cache_ttl_s: float | None = Field(default=None, gt=0, le=7 * 86400, description="capability API response "
+                                      "cache: identical (model, prompt version, messages, parameters) within this "
+                                      "many seconds answers from the cache, with no model call and no charge")
 
     @model_validator(mode="after")
     def _default_is_allowed(self) -> SceneSpec:

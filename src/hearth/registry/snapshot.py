@@ -7,7 +7,9 @@ and are excluded from ``repr`` so they cannot leak through a log or a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True, frozen=True)
@@ -104,6 +106,8 @@ class Scene:
     max_tokens_cap: int | None = None
     fallback_models: tuple[str, ...] = ()
     enabled: bool = True
+    guardrails: Mapping[str, Any] | None = None  # SceneGuardrailsSpec as a dict (the capability API applies it)
+    cache_ttl_s: float | None = None
 
 
 MICRO = 1_000_000  # money amounts are integers in millionths of the currency unit

@@ -164,7 +164,9 @@ async def _apply_once(engine: AsyncEngine, spec: RegistrySpec, vault: KeyVault,
             await _upsert(conn, scenes, {"name": sc.name},
                           {"default_model": sc.default_model, "allowed_models": sc.allowed_models,
                            "max_tokens_cap": sc.max_tokens_cap, "fallback_models": sc.fallback_models,
-                           "enabled": sc.enabled}, label=f"scene:{sc.name}", report=report)
+                           "enabled": sc.enabled,
+                           "guardrails": sc.guardrails.model_dump() if sc.guardrails is not None else None,
+                           "cache_ttl_s": sc.cache_ttl_s}, label=f"scene:{sc.name}", report=report)
         for c in spec.callers:
             if c.default_scene is not None:
                 await _check_exists(conn, scenes, c.default_scene, "scene", owner=c.name)
@@ -358,7 +360,8 @@ async def _load(conn: AsyncConnection, vault: KeyVault) -> Registry:
     by_hash, by_name = await load_callers(conn, vault)
     scns = {r["name"]: Scene(name=r["name"], default_model=r["default_model"],
                              allowed_models=frozenset(r["allowed_models"]), max_tokens_cap=r["max_tokens_cap"],
-                             fallback_models=tuple(r["fallback_models"]), enabled=r["enabled"])
+                             fallback_models=tuple(r["fallback_models"]), enabled=r["enabled"],
+                             guardrails=r["guardrails"], cache_ttl_s=r["cache_ttl_s"])
             for r in (await conn.execute(select(scenes))).mappings()}
     bdgs = tuple(Budget(name=r["name"], caller=r["caller"], scope=r["scope"], subject=r["subject"],
                         period=r["period"], unit=r["unit"], limit=r["limit_amount"],

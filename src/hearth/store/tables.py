@@ -136,6 +136,9 @@ scenes = Table(
     Column("fallback_models", JSON, nullable=False),
     Column("enabled", Boolean, nullable=False, default=True),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # 0011: the capability API's guardrails and response cache for the scene
+    Column("guardrails", JSON, nullable=True),
+    Column("cache_ttl_s", Float, nullable=True),
 )
 
 # owner: hearth.registry.store — budget rules (limits per caller, tenant or user and period)
