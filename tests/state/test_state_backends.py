@@ -679,3 +679,23 @@ async def test_redis_that_accepts_but_never_answers_raises_state_unavailable_wit
         await state.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_cached_value_is_served_until_its_ttl_passes(state: StateBackend, state_time: StateTime) -> None:
+    assert await state.cache_get("k") is None
+    await state.cache_set("k", b'{"summary": "x"}', 0.2)
+    assert await state.cache_get("k") == b'{"summary": "x"}'
+    await state_time.elapse(0.3)
+    assert await state.cache_get("k") is None
+
+
+async def test_the_memory_cache_evicts_the_least_recently_used_beyond_its_bound(monkeypatch: Any) -> None:
+    from hearth.state import memory
+
+    monkeypatch.setattr(memory, "MEMORY_CACHE_ENTRIES", 2)
+    state = MemoryState()
+    await state.cache_set("a", b"1", 60)
+    await state.cache_set("b", b"2", 60)
+    assert await state.cache_get("a") == b"1"  # a is now the most recently used
+    await state.cache_set("c", b"3", 60)
+    assert (await state.cache_get("a"), await state.cache_get("b"), await state.cache_get("c")) == (b"1", None, b"3")

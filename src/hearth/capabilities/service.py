@@ -15,14 +15,15 @@ the caller's to see.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from hearth.capabilities import bill, offline
+from hearth.capabilities import bill, offline, response_cache
 from hearth.capabilities.defaults import BUILTIN
+from hearth.capabilities.response_cache import cache_key
 from hearth.capabilities.scene_guard import SceneGuard
 from hearth.capabilities.structured import NoJson, Problem, correction_message, parse_json_output, validate
 from hearth.errors import HearthError
@@ -38,6 +39,7 @@ from hearth.registry.snapshot import Caller
 DEFAULT_PROMPT = {"summarize": "summary", "extract": "extraction", "extract_bill": "bill_extraction",
                   "chat": "chat_assistant", "generate": None}
 # Gateway outcomes meaning "no model can serve this now" (not: the caller asked for something wrong).
+_RESULT_KEYS = ("summary", "data", "text", "message")  # what the cache keeps of an answer
 _UNSERVED = frozenset({"no_healthy_endpoint", "upstream_error", "upstream_timeout", "upstream_auth_failed",
                        "deadline_exceeded", "model_not_found"})
 
@@ -93,6 +95,7 @@ class _Run:
     completion_tokens: int = 0
     cost: float = 0.0
     guardrails: dict[str, Any] = field(default_factory=dict)
+    cache_hit: bool = False
 
 
 class Capabilities:
@@ -198,6 +201,33 @@ class Capabilities:
         run.guardrails = guard.record
         guard.check_inputs(self.inputs_of(call))
         messages = guard.redact_messages(messages)
+        ttl = self._cache_ttl(call, prepared)
+        key = None
+        if ttl:
+            key = cache_key({"caller": call.caller.name, "tenant": call.tenant, "capability": call.capability,
+                             "model": model, "scene": scene, "prompt": [version.code, version.version,
+                                                                         version.content_hash],
+                             "messages": messages, "params": version.params, "max_tokens": call.max_tokens,
+                             "schema": schema})
+            cached = await response_cache.lookup(self.gateway.state, key)
+            if cached is not None:
+                run.cache_hit = True
+                return self._answer(call, version, locale, run, result=cached)
+        result = await self._generate(call, version, run, guard=guard, prepared=replace(prepared, messages=messages))
+        if key is not None and ttl and not result.data.get("degraded"):
+            await response_cache.store(self.gateway.state, key, {k: result.data[k] for k in _RESULT_KEYS
+                                                                 if k in result.data}, ttl)
+        return result
+
+    def _cache_ttl(self, call: CapabilityCall, prepared: Prepared) -> float | None:
+        name = prepared.scene or call.caller.default_scene
+        scene = self.gateway.registry.scenes.get(name) if name else None
+        return scene.cache_ttl_s if scene is not None else None
+
+    async def _generate(self, call: CapabilityCall, version: PromptVersion, run: _Run, *, guard: SceneGuard,
+                        prepared: Prepared) -> CapabilityResult:
+        locale, messages, schema, model, scene = (prepared.locale, prepared.messages, prepared.schema,
+                                                  prepared.model, prepared.scene)
         try:
             content = await self._model_call(call, version, run, messages=messages, model=model, scene=scene,
                                              purpose="initial")
@@ -212,16 +242,15 @@ class Capabilities:
                                              purpose="moderation_retry")
             if guard.moderation_matches(content):
                 raise HearthError("content_moderation_rejected", details={"guardrails": guard.record})
-        content = guard.answer(content)
         if schema is None:
-            return self._answer(call, version, locale, run, result=self._plain_result(call, content))
-        document, problems = _checked(content, schema, call.capability)
-        if problems:
+            return self._answer(call, version, locale, run, result=self._plain_result(call, guard.answer(content)))
+        document, problems = _checked(guard.answer(content), schema, call.capability)
+        if problems:  # the model sees its own answer again, with placeholders: never a restored value
             messages = [*messages, {"role": "assistant", "content": content},
                         {"role": "user", "content": correction_message(problems)}]
             content = await self._model_call(call, version, run, messages=messages, model=model, scene=scene,
                                              purpose="corrective_retry")
-            document, problems = _checked(content, schema, call.capability)
+            document, problems = _checked(guard.answer(content), schema, call.capability)
             if problems:
                 raise HearthError("schema_validation_failed", details={
                     "errors": [p.as_dict() for p in problems], "attempts": run.attempts})
@@ -300,7 +329,7 @@ class Capabilities:
             "scene": ctx.scene if ctx else None, "fallback_used": bool(ctx and ctx.fallback_used),
             "attempted_models": list(ctx.attempted_models) if ctx else [],
             "effective_max_tokens": ctx.effective_max_tokens if ctx else None,
-            "degraded": degraded, "cache_hit": False, "attempts": run.attempts}
+            "degraded": degraded, "cache_hit": run.cache_hit, "attempts": run.attempts}
         if reason is not None:
             data["degraded_reason"] = reason
         if call.source is not None:
@@ -322,7 +351,7 @@ class Capabilities:
             prompt_code=version.code if version else call.prompt_code,
             prompt_version=version.version if version else None, degraded=bool(degraded) if degraded else None,
             guardrails=run.guardrails or None,
-            cache_hit=False))
+            cache_hit=run.cache_hit))
 
 
 def _checked(content: str, schema: dict[str, Any], capability: str) -> tuple[Any, list[Problem]]:

@@ -6,7 +6,7 @@ Only valid for one process; :mod:`hearth.state.factory` refuses to start several
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.state.base import (
@@ -21,6 +21,9 @@ from hearth.state.base import (
     reservation_key,
 )
 from hearth.state.quota_day import QuotaDay
+
+#: The in-process response cache keeps at most this many entries (least recently used evicted first).
+MEMORY_CACHE_ENTRIES = 10_000
 
 
 class MemoryState:
@@ -38,6 +41,7 @@ class MemoryState:
         self._rpm: dict[tuple[str, int], int] = defaultdict(int)
         self._tpm: dict[tuple[str, int], int] = defaultdict(int)
         self._cooldowns: dict[str, float] = {}
+        self._cache: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # key → (expires at, value), LRU
         self._counters: dict[str, int] = {}  # budget counters
         self._expiring: dict[str, float] = {}  # budget counters with an expiry
         # One-time keys (nonces, open budget reservations) -> expiry, in insertion order: nearly
@@ -270,6 +274,22 @@ class MemoryState:
             pass
         finally:
             self._waiting -= 1
+
+    async def cache_get(self, key: str) -> bytes | None:
+        entry = self._cache.get(key)
+        if entry is None:
+            return None
+        if entry[0] <= self.clock.now():
+            del self._cache[key]
+            return None
+        self._cache.move_to_end(key)
+        return entry[1]
+
+    async def cache_set(self, key: str, value: bytes, ttl_s: float) -> None:
+        self._cache[key] = (self.clock.now() + ttl_s, value)
+        self._cache.move_to_end(key)
+        while len(self._cache) > MEMORY_CACHE_ENTRIES:
+            self._cache.popitem(last=False)
 
     async def set_cooldown(self, key: str, seconds: float) -> None:
         self._cooldowns[key] = self.clock.now() + seconds

@@ -243,6 +243,19 @@ class RedisState:
     async def wait_for_release(self, timeout_s: float) -> None:
         await asyncio.sleep(min(timeout_s, 0.005 + random.random() * 0.015))
 
+    async def cache_get(self, key: str) -> bytes | None:
+        try:
+            value = await self._redis.execute("GET", self._k.cache(key))
+        except _FAULTS as exc:
+            raise StateUnavailable(str(exc)) from exc
+        return value if isinstance(value, bytes) else None
+
+    async def cache_set(self, key: str, value: bytes, ttl_s: float) -> None:
+        try:
+            await self._redis.execute("SET", self._k.cache(key), value, "PX", max(1, int(ttl_s * 1000)))
+        except _FAULTS as exc:
+            raise StateUnavailable(str(exc)) from exc
+
     async def set_cooldown(self, key: str, seconds: float) -> None:
         try:
             await self._redis.execute("SET", self._k.cooldown(key), "1", "PX", max(1, int(seconds * 1000)))

@@ -41,6 +41,9 @@ class Keys:
     def cooldown(self, key: str) -> str:
         return f"{self.prefix}cd:{key}"
 
+    def cache(self, key: str) -> str:
+        return f"{self.prefix}cache:{key}"
+
     @property
     def epoch(self) -> str:
         return f"{self.prefix}epoch"
