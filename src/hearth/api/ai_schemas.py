@@ -81,7 +81,7 @@ class ChatRequest(_Common):
 
 
 class AttemptView(BaseModel):
-    purpose: Literal["initial", "corrective_retry", "moderation_retry"]
+    purpose: Literal["initial", "corrective_retry", "moderation_retry", "quality_judge", "quality_regeneration"]
     model: str | None
     endpoint: str | None
     status: int
@@ -118,6 +118,9 @@ class CapabilityData(BaseModel):
     cache_hit: bool
     attempts: list[AttemptView] = Field(description="every model call made, corrective retries included")
     input_source: Literal["text", "ocr_text", "file_id", "file_url"] | None = None
+    quality: list[dict[str, Any]] | None = Field(default=None, description="the quality gate's evaluations, "
+                                                 "when the prompt has one")
+    replayed: bool | None = Field(default=None, description="chat with request_id: the stored answer, no model call")
 
 
 class CapabilityEnvelope(BaseModel):

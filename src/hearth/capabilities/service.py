@@ -23,6 +23,7 @@ import orjson
 
 from hearth.capabilities import bill, offline, response_cache
 from hearth.capabilities.defaults import BUILTIN
+from hearth.capabilities.quality_gate import Evaluation, failed_rules, judge_score
 from hearth.capabilities.response_cache import cache_key
 from hearth.capabilities.scene_guard import SceneGuard
 from hearth.capabilities.structured import NoJson, Problem, correction_message, parse_json_output, validate
@@ -32,7 +33,7 @@ from hearth.gateway.service import Gateway
 from hearth.observability.request_log import RequestLogRecord
 from hearth.prompts.catalog import CatalogSnapshot
 from hearth.prompts.rendering import render_messages
-from hearth.prompts.spec import PromptVersion, Role
+from hearth.prompts.spec import JudgeSpec, PromptVersion, QualityGateSpec, Role
 from hearth.providers.base import Usage
 from hearth.registry.snapshot import Caller
 
@@ -96,6 +97,8 @@ class _Run:
     cost: float = 0.0
     guardrails: dict[str, Any] = field(default_factory=dict)
     cache_hit: bool = False
+    snapshot: CatalogSnapshot | None = None
+    quality: list[dict[str, Any]] | None = None
 
 
 class Capabilities:
@@ -104,7 +107,7 @@ class Capabilities:
         self.offline_fallback = offline_fallback
 
     async def run(self, call: CapabilityCall, snapshot: CatalogSnapshot) -> CapabilityResult:
-        run = _Run()
+        run = _Run(snapshot=snapshot)
         version: PromptVersion | None = None
         try:
             role = snapshot.role(call.role) if call.role else None
@@ -243,6 +246,9 @@ class Capabilities:
             if guard.moderation_matches(content):
                 raise HearthError("content_moderation_rejected", details={"guardrails": guard.record})
         if schema is None:
+            if version.quality_gate:
+                content = await self._through_gate(call, version, run, QualityGateSpec.model_validate(
+                    version.quality_gate), content=content, guard=guard, prepared=prepared)
             return self._answer(call, version, locale, run, result=self._plain_result(call, guard.answer(content)))
         document, problems = _checked(guard.answer(content), schema, call.capability)
         if problems:  # the model sees its own answer again, with placeholders: never a restored value
@@ -255,6 +261,38 @@ class Capabilities:
                 raise HearthError("schema_validation_failed", details={
                     "errors": [p.as_dict() for p in problems], "attempts": run.attempts})
         return self._answer(call, version, locale, run, result={"data": document})
+
+    async def _through_gate(self, call: CapabilityCall, version: PromptVersion, run: _Run, gate: QualityGateSpec, *,
+                            content: str, guard: SceneGuard, prepared: Prepared) -> str:
+        """The first answer that passes the gate (regenerating up to its limit), else 422 with the report."""
+        report: list[dict[str, Any]] = []
+        for attempt in range(gate.max_regenerations + 1):
+            failed = failed_rules(guard.answer(content), gate.rules)
+            score = reason = None
+            if not failed and gate.judge is not None:
+                score, reason = await self._judge(call, run, gate.judge, content=content, prepared=prepared)
+            passed = not failed and (gate.judge is None or (score or 0.0) >= gate.judge.threshold)
+            report.append(Evaluation(attempt + 1, passed, failed, score, reason).as_dict())
+            run.quality = report
+            if passed:
+                return content
+            if attempt == gate.max_regenerations:
+                raise HearthError("quality_gate_failed", details={"report": report, "attempts": run.attempts})
+            content = await self._model_call(call, version, run, messages=prepared.messages, model=prepared.model,
+                                             scene=prepared.scene, purpose="quality_regeneration")
+        raise AssertionError("unreachable")
+
+    async def _judge(self, call: CapabilityCall, run: _Run, judge: JudgeSpec, *, content: str,
+                     prepared: Prepared) -> tuple[float, str | None]:
+        """Score ``content`` (as the model wrote it: placeholders, never restored values) with the judge prompt."""
+        assert run.snapshot is not None
+        version = run.snapshot.prompt(judge.prompt_code, call.request_id)
+        source = call.text or next((m["content"] for m in reversed(call.messages or []) if m.get("role") == "user"), "")
+        _, messages = render_messages(version, call.locale, {}, builtins={"text": content, "source": source})
+        answer = await self._model_call(call, version, run, messages=messages,
+                                        model=judge.model or version.model or prepared.model,
+                                        scene=version.scene or prepared.scene, purpose="quality_judge")
+        return judge_score(answer)
 
     def _schema(self, call: CapabilityCall, version: PromptVersion) -> dict[str, Any] | None:
         if call.capability == "extract_bill":
@@ -332,6 +370,8 @@ class Capabilities:
             "degraded": degraded, "cache_hit": run.cache_hit, "attempts": run.attempts}
         if reason is not None:
             data["degraded_reason"] = reason
+        if run.quality is not None:
+            data["quality"] = run.quality
         if call.source is not None:
             data["input_source"] = call.source
         return CapabilityResult(data)

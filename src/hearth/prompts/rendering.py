@@ -25,7 +25,7 @@ from hearth.errors import HearthError
 from hearth.prompts.spec import PromptVersion
 
 # Variables every capability may supply without the version declaring them.
-BUILTINS = frozenset({"text", "locale", "schema", "today", "messages", "role"})
+BUILTINS = frozenset({"text", "locale", "schema", "today", "messages", "role", "source"})
 MAX_RENDERED_CHARS = 1_000_000
 
 _ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)

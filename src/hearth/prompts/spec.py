@@ -61,6 +61,28 @@ class ContentSpec(_Strict):
     user: str = Field(description="the user message template (Jinja2, sandboxed)")
 
 
+class RulesSpec(_Strict):
+
+    min_chars: int | None = Field(default=None, ge=0)
+    max_chars: int | None = Field(default=None, ge=1)
+    must_include: list[str] = Field(default_factory=list)
+    must_not_include: list[str] = Field(default_factory=list)
+
+
+class JudgeSpec(_Strict):
+
+    prompt_code: str = Field(min_length=1, max_length=128)
+    threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    model: str | None = None
+
+
+class QualityGateSpec(_Strict):
+
+    rules: RulesSpec = Field(default_factory=RulesSpec)
+    judge: JudgeSpec | None = None
+    max_regenerations: int = Field(default=1, ge=0, le=5)
+
+
 class PromptVersionSpec(_Strict):
     """The runtime fields of one version."""
 
@@ -97,6 +119,11 @@ class PromptVersionSpec(_Strict):
         if unknown:
             raise ValueError(f"unknown generation parameters {unknown}; allowed: {sorted(PARAMS)}")
         return value
+
+    @field_validator("quality_gate")
+    @classmethod
+    def _gate(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else QualityGateSpec.model_validate(value).model_dump()
 
     @field_validator("output_schema")
     @classmethod
