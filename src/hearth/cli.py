@@ -1,4 +1,5 @@
-"""``hearth`` command line: serve, migrate, apply a registry file, manage caller keys, run the fake upstream."""
+"""``hearth`` command line: serve, migrate, apply a registry file, manage caller keys, import prompts, run the
+fake upstream."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from hearth.auth.caller_admin import IssuedKey
+    from hearth.prompts.registry_import import ImportPlan
 
 app = typer.Typer(help="Hearth: self-hosted AI capability service.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -246,6 +248,72 @@ def keys_revoke(name: str) -> None:
 
     _on_database(_revoke)
     typer.echo(f"revoked caller `{name}`: its key no longer authenticates")
+
+
+prompts_app = typer.Typer(help="Manage prompts from a registry file kept in Git.", no_args_is_help=True)
+app.add_typer(prompts_app, name="prompts")
+
+
+@prompts_app.command("import")
+def prompts_import(
+    file: Annotated[Path, typer.Argument(help="the registry file (.yaml, .yml or .json)")],
+    *,
+    prompt_code: Annotated[list[str] | None, typer.Option(
+        "--prompt-code", help="import only this code (repeatable)")] = None,
+    prompt_root: Annotated[Path | None, typer.Option(
+        help="directory the prompt files are relative to (default: the registry file's)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan; write nothing")] = False,
+    activate: Annotated[bool, typer.Option(
+        "--activate/--no-activate", help="make new versions of existing prompts the active ones")] = True,
+) -> None:
+    """Import prompts from a registry file: new codes, new versions of changed prompts, status and display
+    changes in place; unchanged prompts are skipped. The whole file is validated first: if any entry is bad
+    nothing is written (exit code 1). See docs/capabilities.md, "Registry import"."""
+    from hearth.errors import HearthError
+    from hearth.prompts.registry_import import RegistryError, apply_plan, load_registry, plan_import
+
+    def _fail(exc: RegistryError, *, written: bool) -> typer.Exit:
+        for problem in exc.problems:
+            typer.echo(f"error: {file}: {problem}", err=True)
+        if not written:
+            typer.echo("nothing was written", err=True)
+        return typer.Exit(1)
+
+    try:
+        registry = load_registry(file, prompt_root=prompt_root, codes=prompt_code or ())
+    except RegistryError as exc:
+        raise _fail(exc, written=False) from exc
+
+    async def _import(engine: AsyncEngine) -> ImportPlan:
+        try:
+            plan = await plan_import(engine, registry, activate=activate)
+        except HearthError as exc:
+            raise RegistryError([exc.message]) from exc
+        return plan if dry_run else await apply_plan(engine, plan)
+
+    try:
+        plan = _on_database(_import)
+    except RegistryError as exc:
+        raise _fail(exc, written=not dry_run) from exc
+    _print_import_plan(plan, dry_run=dry_run)
+
+
+def _print_import_plan(plan: ImportPlan, *, dry_run: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"hearth prompts import {escape(plan.source)}" + (" (dry run)" if dry_run else ""))
+    for name in ("code", "action", "version"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("changes")
+    for item in plan.items:
+        table.add_row(escape(item.code), item.action, str(item.version), escape(", ".join(item.changes)) or "-")
+    console = Console()
+    console.print(table)
+    counts = f"{plan.count('create')} create, {plan.count('new_version')} new_version, " \
+             f"{plan.count('update')} update, {plan.count('skip')} skip"
+    console.print(f"dry run, nothing was written: {counts}" if dry_run else f"imported: {counts}", markup=False)
 
 
 @app.command(name="rotate-master-key")
