@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from hearth import __version__
-from hearth.api import admin, ai, budgets, callers_admin, health, openai, prompts, request_logs
+from hearth.api import admin, ai, budgets, callers_admin, health, model_registry, openai, prompts, request_logs
 from hearth.api.error_handlers import install_error_handlers
 from hearth.api.openai_dispatch import OpenAIDispatch
 from hearth.observability.logging import configure_logging, get_logger
@@ -53,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(budgets.router)
     app.include_router(prompts.router)
     app.include_router(ai.router)
+    app.include_router(model_registry.router)
     return app
 
 
