@@ -6,7 +6,7 @@ models only make ``/openapi.json`` describe the answer, so a generated client ca
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -50,6 +50,14 @@ class RequestLogItem(BaseModel):
     estimated_cost: float | None
     attempt_log: list[AttemptEntry] | None = Field(
         description="every attempt in order (at most 16); null for rows written before this was recorded")
+    capability: str | None = Field(default=None, description="the capability this row serves (summarize, extract, "
+                                   "extract_bill, generate, chat); route `capability` is the request as a whole")
+    prompt_code: str | None = None
+    prompt_version: int | None = Field(default=None, description="0: the built-in default prompt")
+    guardrails: dict[str, Any] | None = Field(default=None, description="guardrail actions (counts per PII kind, "
+                                              "injection rule, moderation matches), never a raw value")
+    degraded: bool | None = Field(default=None, description="answered by the offline engine")
+    cache_hit: bool | None = None
 
 
 class RequestLogPage(BaseModel):

@@ -81,9 +81,15 @@ async def chat_stream(service: Capabilities, call: CapabilityCall, snapshot: Cat
             stored = None if row.get("status") == "running" else _as_events(row)
             return FollowingChatStream(run=None, key=key, engine=options.engine, after=last_event_id,
                                        heartbeat_s=options.heartbeat_s, stored=stored, wait_s=options.wait_s)
-    prepared = service.prepare(call, snapshot)
-    guard = service.guard(call, prepared)
-    guard.check_inputs(service.inputs_of(call))
+    try:
+        prepared = service.prepare(call, snapshot)
+        guard = service.guard(call, prepared)
+        guard.check_inputs(service.inputs_of(call))
+    except HearthError as exc:  # refused before any model call: the claim records why, for its duplicates
+        if key is not None:
+            await chat_requests.finish(options.engine, key, status="failed", events=None, result=None,
+                                       error={"code": exc.code, "message": exc.message, "status": exc.status})
+        raise
     prepared = replace(prepared, messages=guard.redact_messages(prepared.messages))
     body = service.chat_body(call, prepared)
     body["stream"] = True
