@@ -16,8 +16,8 @@ from starlette.types import ASGIApp
 
 from hearth import __version__
 from hearth.api import admin, ai, budgets, callers_admin, health, model_registry, openai, prompts, request_logs
+from hearth.api.direct_routes import DirectRoutes
 from hearth.api.error_handlers import install_error_handlers
-from hearth.api.openai_dispatch import OpenAIDispatch
 from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
 from hearth.runtime import start_runtime
@@ -83,7 +83,7 @@ CORS_EXPOSED_HEADERS = ("x-request-id", "x-hearth-endpoint", "x-hearth-attempts"
 
 
 def create_asgi(settings: Settings | None = None) -> RequestIdMiddleware:
-    """What uvicorn serves: request ids around the hot OpenAI routes, FastAPI for the rest.
+    """What uvicorn serves: request ids around the hot routes (OpenAI, capabilities), FastAPI for the rest.
 
     With ``cors_origins`` configured, CORS wraps the whole app — the hot routes too, preflights included
     (inside the request ids, so a refused preflight has one as well). Browsers send the API key as
@@ -96,7 +96,7 @@ def create_asgi(settings: Settings | None = None) -> RequestIdMiddleware:
         # would ignore HEARTH_LOG_LEVEL and log plain text.
         resolved = load_settings()
         configure_logging(resolved.log_level)
-    inner: ASGIApp = OpenAIDispatch(create_app(resolved))
+    inner: ASGIApp = DirectRoutes(create_app(resolved))
     if resolved.cors_origins:
         inner = CORSMiddleware(inner, allow_origins=resolved.cors_origins, allow_methods=["*"], allow_headers=["*"],
                                expose_headers=list(CORS_EXPOSED_HEADERS), max_age=600)
@@ -107,5 +107,5 @@ def fastapi_app(asgi: RequestIdMiddleware) -> FastAPI:
     app = asgi.app
     if isinstance(app, CORSMiddleware):
         app = app.app
-    assert isinstance(app, OpenAIDispatch)
+    assert isinstance(app, DirectRoutes)
     return app.api
