@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hearth.errors import HearthError
-from hearth.prompts.rendering import bind_variables, check_templates, pick_locale, render_messages
+from hearth.prompts.rendering import _ENV, _substitution, bind_variables, check_templates, pick_locale, render_messages
 from hearth.prompts.spec import PromptVersion, Variable
 
 
@@ -71,3 +73,31 @@ def test_templates_that_do_not_parse_or_use_undeclared_names_are_refused() -> No
         check_templates({"en": {"system": "{{ who }}", "user": "{{ text }}"}}, [])
     assert undeclared.value.details == {"locale": "en", "part": "system", "undeclared": ["who"]}
     check_templates({"en": {"system": None, "user": "{{ text }} {{ who }}"}}, ["who"])  # builtins are allowed
+
+
+_TEXT = st.text(alphabet=st.characters(blacklist_characters="{}%#"), max_size=40)
+_VALUE = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans(), st.lists(st.integers(), max_size=3))
+
+
+@given(pieces=st.lists(st.tuples(_TEXT, st.sampled_from(["a", "b", "text"])), min_size=1, max_size=5), tail=_TEXT,
+       a=_VALUE, b=_VALUE, text=_VALUE)
+def test_bare_placeholder_templates_render_exactly_as_jinja_does(pieces: list[tuple[str, str]], tail: str,
+                                                                 a: Any, b: Any, text: Any) -> None:
+    source = "".join(f"{lit}{{{{ {name} }}}}" for lit, name in pieces) + tail
+    fast = _substitution(source)
+    assert fast is not None
+    context = {"a": a, "b": b, "text": text}
+    assert fast.render(context) == _ENV.from_string(source).render(context)
+
+
+@pytest.mark.parametrize("source", ["{% if a %}x{% endif %}", "{{ a.b }}", "{{ a | upper }}", "{# note #}{{ a }}",
+                                    "{{ a }} }}", "{{ 'x' }}"])
+def test_anything_but_bare_placeholders_goes_to_jinja(source: str) -> None:
+    assert _substitution(source) is None
+
+
+def test_a_missing_name_in_a_fast_template_is_a_missing_variable() -> None:
+    version = _version({"en": {"system": None, "user": "Hi {{ who }}"}})
+    with pytest.raises(HearthError) as info:
+        render_messages(version, None, {})
+    assert info.value.code == "prompt_variable_missing"
