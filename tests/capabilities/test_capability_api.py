@@ -194,3 +194,27 @@ async def test_openapi_lists_every_capability_with_request_and_response_schemas_
         assert {"400", "422", "429"} <= set(op["responses"]), path
     for path in ("/api/v1/prompts", "/api/v1/prompts/{code}/versions/{version}", "/api/v1/roles"):
         assert path in doc["paths"], path
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_prompt_stats_compare_versions_by_calls_successes_and_schema_failures(fake, server, http):
+    for text in ("A {{ text }}", "B {{ text }}"):
+        await http.post(server.base_url + "/api/v1/prompts", headers=ADMIN, json={
+            "code": "extraction", "contents": {"en": text + " {{ schema }}"}})
+    schema = {"type": "object", "required": ["n"]}
+    fake.set_defaults(content='{"n": 1}')
+    for _ in range(2):
+        await http.post(server.base_url + "/api/v1/ai/extract", headers=AUTH, json={"text": "t", "schema": schema,
+                                                                                   "model": "m"})
+    await http.patch(server.base_url + "/api/v1/prompts/extraction/versions/2", headers=ADMIN,
+                     json={"status": "active", "operator": "ops", "reason": "try v2"})
+    fake.set_defaults(content="not json")
+    last = await http.post(server.base_url + "/api/v1/ai/extract", headers=AUTH,
+                           json={"text": "t", "schema": schema, "model": "m"})
+    assert last.status_code == 422
+    await _logs(http, server, last.headers["x-request-id"])
+    stats = (await http.get(server.base_url + "/api/v1/prompts/extraction/stats", headers=ADMIN)).json()["data"]
+    by_version = {v["version"]: v for v in stats["versions"]}
+    assert (by_version[1]["calls"], by_version[1]["succeeded"], by_version[1]["model_calls"]) == (2, 2, 2)
+    assert (by_version[2]["calls"], by_version[2]["schema_failures"], by_version[2]["model_calls"]) == (1, 1, 2)
+    assert by_version[2]["schema_failure_rate"] == 1.0 and by_version[1]["cost"] >= 0
