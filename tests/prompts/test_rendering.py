@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hearth.errors import HearthError
@@ -81,6 +81,8 @@ _VALUE = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans()
 
 @given(pieces=st.lists(st.tuples(_TEXT, st.sampled_from(["a", "b", "text"])), min_size=1, max_size=5), tail=_TEXT,
        a=_VALUE, b=_VALUE, text=_VALUE)
+@example(pieces=[("\x0cW", "a")], tail="\r", a=None, b=None, text=None)  # Jinja turns "\r" into "\n"
+@example(pieces=[("x\r\n", "b")], tail="\r\n", a=None, b=1.5, text=None)
 def test_bare_placeholder_templates_render_exactly_as_jinja_does(pieces: list[tuple[str, str]], tail: str,
                                                                  a: Any, b: Any, text: Any) -> None:
     source = "".join(f"{lit}{{{{ {name} }}}}" for lit, name in pieces) + tail

@@ -143,6 +143,7 @@ class _Substitution:
         return "".join(out)
 
 
+_NEWLINES = re.compile(r"\r\n|\r")  # Jinja's lexer turns every line ending in the text into "\n"
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
@@ -155,11 +156,11 @@ def _substitution(source: str) -> _Substitution | None:
     last = 0
     for match in _PLACEHOLDER.finditer(source):
         if match.start() > last:
-            parts.append((False, source[last:match.start()]))
+            parts.append((False, _NEWLINES.sub("\n", source[last:match.start()])))
         parts.append((True, match.group(1)))
         last = match.end()
     if last < len(source):
-        parts.append((False, source[last:]))
+        parts.append((False, _NEWLINES.sub("\n", source[last:])))
     return _Substitution(parts)
 
 
