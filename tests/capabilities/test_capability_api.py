@@ -161,6 +161,7 @@ async def test_with_no_endpoints_summarize_and_bill_extraction_answer_degraded(h
     assert r.status_code == 200, r.text
     data = r.json()["data"]
     assert data["degraded"] is True and data["attempts"] == []
+    assert data["degraded_reason"] == "no_model_configured"
     assert 0 < len(data["summary"]) < len(text)
     bill = await http.post(server.base_url + "/api/v1/ai/extract/bill", headers=AUTH,
                            json={"ocr_text": "Invoice No: INV-001\nDate: 2026-03-01\nTotal: $1,234.50"})

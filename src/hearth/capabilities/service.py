@@ -198,7 +198,7 @@ class Capabilities:
         locale, messages, schema, model, scene = (prepared.locale, prepared.messages, prepared.schema,
                                                   prepared.model, prepared.scene)
         if model is None and scene is None and call.caller.default_scene is None:
-            return self._degraded_or(call, version, locale, run, exc=HearthError(
+            return self._degraded_or(call, version, locale, run, reason="no_model_configured", exc=HearthError(
                 "invalid_request", "No model: name one, or a scene with a default model.", param="model"))
         guard = self.guard(call, prepared)
         run.guardrails = guard.record
@@ -344,7 +344,9 @@ class Capabilities:
         return content if isinstance(content, str) else ""
 
     def _degraded_or(self, call: CapabilityCall, version: PromptVersion, locale: str, run: _Run, *,
-                     exc: HearthError) -> CapabilityResult:
+                     exc: HearthError, reason: str | None = None) -> CapabilityResult:
+        """The offline engine's answer (``degraded``, with why: the gateway's error code, or
+        ``no_model_configured``), or ``exc`` for capabilities it cannot serve or when it is turned off."""
         if not self.offline_fallback or call.capability not in ("summarize", "extract_bill"):
             raise exc
         text = call.text or ""
@@ -354,7 +356,7 @@ class Capabilities:
                 text, max_sentences=sentences if isinstance(sentences, int) and sentences > 0 else 3)}
         else:
             result = {"data": offline.extract_bill(text)}
-        return self._answer(call, version, locale, run, result=result, degraded=True, reason=exc.code)
+        return self._answer(call, version, locale, run, result=result, degraded=True, reason=reason or exc.code)
 
     def _answer(self, call: CapabilityCall, version: PromptVersion, locale: str, run: _Run, *,
                 result: dict[str, Any], degraded: bool = False, reason: str | None = None) -> CapabilityResult:
