@@ -219,3 +219,20 @@ async def test_prompt_stats_compare_versions_by_calls_successes_and_schema_failu
     assert (by_version[1]["calls"], by_version[1]["succeeded"], by_version[1]["model_calls"]) == (2, 2, 2)
     assert (by_version[2]["calls"], by_version[2]["schema_failures"], by_version[2]["model_calls"]) == (1, 1, 2)
     assert by_version[2]["schema_failure_rate"] == 1.0 and by_version[1]["cost"] >= 0
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_failing_scene_model_degrades_but_a_model_the_caller_named_does_not(fake, hearth_server, http,
+                                                                                     database_url):
+    registry = _registry(fake)
+    registry["scenes"] = [{"name": "summary", "default_model": "m"}]
+    server = hearth_server(registry, database_url=database_url)
+    fake.set_defaults(status=500)
+    text = "Hearth governs model calls. It keeps budgets exact. It logs every call."
+    by_scene = await http.post(server.base_url + "/api/v1/ai/summarize", headers=AUTH,
+                               json={"text": text, "scene": "summary"})
+    assert by_scene.status_code == 200, by_scene.text
+    assert by_scene.json()["data"]["degraded"] is True
+    assert by_scene.json()["data"]["degraded_reason"] in ("upstream_error", "no_healthy_endpoint")
+    named = await http.post(server.base_url + "/api/v1/ai/summarize", headers=AUTH, json={"text": text, "model": "m"})
+    assert named.status_code >= 500 and named.json()["success"] is False
