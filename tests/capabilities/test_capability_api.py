@@ -170,6 +170,7 @@ async def test_with_no_endpoints_summarize_and_bill_extraction_answer_degraded(h
     assert bill.json()["data"]["data"]["total"] == 1234.5
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(("body", "code"), [
     ({}, "input_missing"),
     ({"text": 5}, "invalid_request"),
@@ -236,3 +237,33 @@ async def test_a_failing_scene_model_degrades_but_a_model_the_caller_named_does_
     assert by_scene.json()["data"]["degraded_reason"] in ("upstream_error", "no_healthy_endpoint")
     named = await http.post(server.base_url + "/api/v1/ai/summarize", headers=AUTH, json={"text": text, "model": "m"})
     assert named.status_code >= 500 and named.json()["success"] is False
+
+
+@pytest.mark.parametrize(("path", "body", "content", "key"), [
+    ("/api/v1/ai/summarize", {"text": "Some text."}, None, "summary"),
+    ("/api/v1/ai/extract", {"text": "Order 7.", "schema": {"type": "object", "required": ["order"]}},
+     '{"order": 7}', "data"),
+    ("/api/v1/ai/extract/bill", {"ocr_text": "ACME INV-7"}, orjson.dumps(VALID_BILL).decode(), "data"),
+    ("/api/v1/ai/text/generate", {"prompt_code": "hello", "variables": {"who": "Ada"}}, None, "text"),
+    ("/api/v1/ai/chat", {"messages": [{"role": "user", "content": "Hi"}]}, None, "message"),
+])
+async def test_every_capability_reports_usage_cost_and_prompt_version_in_the_envelope_and_the_log(
+        fake, server, http, path, body, content, key):
+    created = await http.post(server.base_url + "/api/v1/prompts", headers=ADMIN, json={
+        "code": "hello", "contents": {"en": "Say hello to {{ who }}."}, "variables": [{"name": "who"}]})
+    assert created.status_code == 201, created.text
+    if content is not None:
+        fake.set_defaults(content=content)
+    r = await http.post(server.base_url + path, headers=AUTH, json={"model": "m", **body})
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert data[key] and data["usage"]["total_tokens"] > 0 and data["cost"] > 0
+    assert isinstance(data["prompt_version"], int) and data["prompt_code"]
+    rows = await _logs(http, server, r.headers["x-request-id"])
+    capability_row = rows[-1]
+    assert capability_row["route"] == "capability"
+    assert (capability_row["prompt_code"], capability_row["prompt_version"]) == (data["prompt_code"],
+                                                                                 data["prompt_version"])
+    assert capability_row["cost"] == pytest.approx(data["cost"])
+    assert capability_row["prompt_tokens"] + capability_row["completion_tokens"] == data["usage"]["total_tokens"]
+    assert all(row["prompt_version"] == data["prompt_version"] for row in rows)
