@@ -12,7 +12,7 @@ import pytest
 
 from hearth.testing.fake_upstream import reply_pieces
 from hearth.wire.sse import SSEParser
-from tests.support import AUTH, REDIS_URL, gateway_registry
+from tests.support import ADMIN, AUTH, REDIS_URL, gateway_registry
 
 USER = {**AUTH, "X-Hearth-User": "alice"}
 URL = "/api/v1/ai/chat"
@@ -141,3 +141,27 @@ async def test_a_malformed_last_event_id_is_a_400(fake, hearth_server, http, val
     server = hearth_server(_registry(fake))
     r = await http.post(server.base_url + URL, json=_body(request_id="x"), headers={**USER, "Last-Event-ID": value})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
+
+
+async def _capability_rows(http: Any, server: Any, request_id: str) -> list[dict[str, Any]]:
+    for _ in range(100):
+        r = await http.get(server.base_url + "/api/v1/request-logs", params={"request_id": request_id,
+                                                                            "route": "capability"}, headers=ADMIN)
+        items = r.json()["data"]["items"]
+        if items:
+            return list(items)
+        await asyncio.sleep(0.05)
+    raise AssertionError("no capability row")
+
+
+async def test_a_streamed_chat_writes_its_capability_row_with_usage_and_outcome(fake, hearth_server, http):
+    server = hearth_server(_registry(fake))
+    fake.set_defaults(chunks=4)
+    async with http.stream("POST", server.base_url + URL, json=_body(), headers=USER) as r:
+        request_id = r.headers["x-request-id"]
+        raw = b"".join([c async for c in r.aiter_raw()])
+    assert b"event: done" in raw
+    [row] = await _capability_rows(http, server, request_id)
+    assert (row["status"], row["capability"], row["prompt_code"], row["completion_tokens"]) == (
+        200, "chat", "chat_assistant", 4)
+    assert row["attempts"] == 1

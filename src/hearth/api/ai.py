@@ -155,7 +155,7 @@ async def chat(request: Request) -> Response:
         return ok(request, result.data)
     stream = await chat_stream(service, call, rt.prompts.snapshot, key=key,
                                last_event_id=_last_event_id(request), options=options)
-    return EventStreamResponse(stream, {"x-request-id": call.request_id})
+    return EventStreamResponse(stream)
 
 
 def _last_event_id(request: Request) -> int:

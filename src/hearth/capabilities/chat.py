@@ -109,9 +109,13 @@ async def chat_stream(service: Capabilities, call: CapabilityCall, snapshot: Cat
                 "cost": round(service.cost_of(relay_ctx, usage), 8),
                 "message": {"role": "assistant", "content": answer}}
 
+    def finished(relay_ctx: CallContext | None, status: int, error_code: str | None, usage: Usage | None) -> None:
+        service.log_stream(call, prepared.version, ctx=relay_ctx or ctx, status=status, error_code=error_code,
+                           usage=usage)
+
     run = options.runs.start(key) if key is not None else None
     return OwnedChatStream(opening=opening, run=run or ChatRun(), runs=options.runs, key=key, engine=options.engine,
-                           heartbeat_s=options.heartbeat_s, done=done)
+                           heartbeat_s=options.heartbeat_s, done=done, finished=finished)
 
 
 def _as_events(row: dict[str, Any]) -> list[dict[str, Any]]:

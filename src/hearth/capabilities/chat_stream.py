@@ -113,14 +113,15 @@ class OwnedChatStream:
     events, records them in its :class:`ChatRun` and, at the end, in the database."""
 
     def __init__(self, *, opening: Any, run: ChatRun, runs: ChatRuns, key: ChatKey | None, engine: AsyncEngine,
-                 heartbeat_s: float, done: Any) -> None:
+                 heartbeat_s: float, done: Any, finished: Any) -> None:
         self._opening = opening  # a zero-argument coroutine function: opens the gateway stream
         self._run = run
         self._runs = runs
         self._key = key
         self._engine = engine
         self._heartbeat_s = heartbeat_s
-        self._done = done  # (relay context, usage) -> the done event's data and the stored result
+        self._done = done  # (relay context, usage, answer) -> the done event's data and the stored result
+        self._finished = finished  # (relay context | None, status, error code, usage) -> None: the capability row
         self._relay: RelayStream | None = None
         self._outcome = StreamOutcome()
         self._closed = False
@@ -195,6 +196,10 @@ class OwnedChatStream:
             if self._relay is not None:
                 await self._relay.close()
         finally:
+            error = self._outcome.error
+            self._finished(self._relay.context if self._relay is not None else None,
+                           int(error.get("status") or 502) if error else 200, error["code"] if error else None,
+                           self._outcome.usage)
             self._run.finish()
             if self._key is not None:
                 self._runs.end(self._key)

@@ -396,6 +396,19 @@ class Capabilities:
             cache_hit=run.cache_hit))
 
 
+    def log_stream(self, call: CapabilityCall, version: PromptVersion, *, ctx: CallContext | None, status: int,
+                   error_code: str | None, usage: Usage | None) -> None:
+        """The ``route = "capability"`` row of a streamed chat, once its stream ended (however it ended)."""
+        run = _Run(last=ctx, prompt_tokens=usage.prompt_tokens if usage else 0,
+                   completion_tokens=usage.completion_tokens if usage else 0,
+                   cost=self.cost_of(ctx, usage) if ctx is not None else 0.0,
+                   guardrails=dict(ctx.guardrails) if ctx is not None and ctx.guardrails else {})
+        if ctx is not None and ctx.attempts:
+            run.attempts.append({"purpose": "initial"})
+        run.started = ctx.started if ctx is not None else run.started
+        self._log(call, version, run, status=status, error_code=error_code)
+
+
 def _checked(content: str, schema: dict[str, Any], capability: str) -> tuple[Any, list[Problem]]:
     try:
         document = parse_json_output(content)
