@@ -47,3 +47,15 @@ async def test_without_a_cache_ttl_nothing_is_cached(fake, hearth_server, http):
     await _summarize(http, server, "Same.")
     assert (await _summarize(http, server, "Same."))["cache_hit"] is False
     assert fake.stats.requests == 2
+
+
+async def test_two_texts_that_redact_alike_never_share_a_cached_answer(fake, hearth_server, http):
+    server = hearth_server(_registry(fake, cache_ttl_s=60, guardrails={"redact_pii": True, "restore_pii": True}))
+    fake.set_defaults(content="Call [PHONE_1].")
+    first = await _summarize(http, server, "Call me at 13812345678.")
+    second = await _summarize(http, server, "Call me at 13987654321.")
+    assert first["summary"] == "Call 13812345678."
+    assert (second["cache_hit"], second["summary"]) == (False, "Call 13987654321.")
+    again = await _summarize(http, server, "Call me at 13987654321.")
+    assert (again["cache_hit"], again["summary"]) == (True, "Call 13987654321.")
+    assert fake.stats.requests == 2

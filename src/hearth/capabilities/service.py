@@ -203,15 +203,16 @@ class Capabilities:
         guard = self.guard(call, prepared)
         run.guardrails = guard.record
         guard.check_inputs(self.inputs_of(call))
-        messages = guard.redact_messages(messages)
         ttl = self._cache_ttl(call, prepared)
         key = None
-        if ttl:
+        if ttl:  # keyed on the messages as the caller's data made them: two texts redacted alike never share
             key = cache_key({"caller": call.caller.name, "tenant": call.tenant, "capability": call.capability,
                              "model": model, "scene": scene, "prompt": [version.code, version.version,
                                                                          version.content_hash],
                              "messages": messages, "params": version.params, "max_tokens": call.max_tokens,
                              "schema": schema})
+        messages = guard.redact_messages(messages)
+        if key is not None:
             cached = await response_cache.lookup(self.gateway.state, key)
             if cached is not None:
                 run.cache_hit = True
