@@ -91,10 +91,10 @@ async def chat_stream(service: Capabilities, call: CapabilityCall, snapshot: Cat
                                        error={"code": exc.code, "message": exc.message, "status": exc.status})
         raise
     prepared = replace(prepared, messages=guard.redact_messages(prepared.messages))
-    body = service.chat_body(call, prepared)
+    body = service.chat_body(call, prepared.version, prepared.messages, prepared.model)
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
-    ctx = service.call_context(call, prepared, first=True)
+    ctx = service.call_context(call, prepared.version, prepared.scene, first=True)
     ctx.guardrails = guard.record or None
 
     async def opening() -> RelayStream:

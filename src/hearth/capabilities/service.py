@@ -28,6 +28,7 @@ from hearth.capabilities.response_cache import cache_key
 from hearth.capabilities.scene_guard import SceneGuard
 from hearth.capabilities.structured import NoJson, Problem, correction_message, parse_json_output, validate
 from hearth.errors import HearthError
+from hearth.gateway.call import call_cost
 from hearth.gateway.context import CallContext
 from hearth.gateway.service import Gateway
 from hearth.observability.request_log import RequestLogRecord
@@ -35,7 +36,7 @@ from hearth.prompts.catalog import CatalogSnapshot
 from hearth.prompts.rendering import render_messages
 from hearth.prompts.spec import JudgeSpec, PromptVersion, QualityGateSpec, Role
 from hearth.providers.base import Usage
-from hearth.registry.snapshot import Caller
+from hearth.registry.snapshot import Caller, Scene
 
 DEFAULT_PROMPT = {"summarize": "summary", "extract": "extraction", "extract_bill": "bill_extraction",
                   "chat": "chat_assistant", "generate": None}
@@ -157,10 +158,14 @@ class Capabilities:
                         model=call.model or version.model or (role.model if role else None),
                         scene=call.scene or version.scene or (role.scene if role else None))
 
+    def scene_of(self, call: CapabilityCall, prepared: Prepared) -> Scene | None:
+        """The scene the call runs in (its rules: guardrails, cache), None when it has none."""
+        name = prepared.scene or call.caller.default_scene
+        return self.gateway.registry.scenes.get(name) if name else None
+
     def guard(self, call: CapabilityCall, prepared: Prepared) -> SceneGuard:
         """The guardrails of the scene the call runs in (off when it has none)."""
-        name = prepared.scene or call.caller.default_scene
-        scene = self.gateway.registry.scenes.get(name) if name else None
+        scene = self.scene_of(call, prepared)
         return SceneGuard.for_scene(scene.guardrails if scene is not None else None)
 
     @staticmethod
@@ -170,26 +175,26 @@ class Capabilities:
         return inputs + [m["content"] for m in call.messages or []
                          if m.get("role") == "user" and isinstance(m.get("content"), str)]
 
-    def chat_body(self, call: CapabilityCall, prepared: Prepared) -> dict[str, Any]:
-        body: dict[str, Any] = {**prepared.version.params, "messages": prepared.messages}
-        if prepared.model is not None:
-            body["model"] = prepared.model
+    @staticmethod
+    def chat_body(call: CapabilityCall, version: PromptVersion, messages: list[dict[str, Any]],
+                  model: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {**version.params, "messages": messages}
+        if model is not None:
+            body["model"] = model
         if call.max_tokens is not None:
             body["max_tokens"] = call.max_tokens
         return body
 
-    def call_context(self, call: CapabilityCall, prepared: Prepared, *, first: bool) -> CallContext:
+    @staticmethod
+    def call_context(call: CapabilityCall, version: PromptVersion, scene: str | None, *, first: bool) -> CallContext:
+        """One model call's context: the nonce goes with the request's ``first`` call only."""
         return CallContext(request_id=call.request_id, caller=call.caller, route="chat", end_user=call.end_user,
-                           tenant=call.tenant, client_ip=call.client_ip, requested_scene=prepared.scene,
+                           tenant=call.tenant, client_ip=call.client_ip, requested_scene=scene,
                            pending_nonce=call.nonce if first else None, timeout_s=call.timeout_s,
-                           capability=call.capability, prompt_code=prepared.version.code,
-                           prompt_version=prepared.version.version)
+                           capability=call.capability, prompt_code=version.code, prompt_version=version.version)
 
     def cost_of(self, ctx: CallContext, usage: Usage | None) -> float:
-        if usage is None or ctx.endpoint is None or ctx.model is None:
-            return 0.0
-        price = self.gateway.registry.price_for(ctx.endpoint, ctx.model)
-        return price.cost(usage.prompt_tokens, usage.completion_tokens) if price is not None else 0.0
+        return call_cost(self.gateway.registry, ctx, usage)
 
     async def _run(self, call: CapabilityCall, version: PromptVersion | None, role: Role | None,
                    run: _Run) -> CapabilityResult:
@@ -224,8 +229,7 @@ class Capabilities:
         return result
 
     def _cache_ttl(self, call: CapabilityCall, prepared: Prepared) -> float | None:
-        name = prepared.scene or call.caller.default_scene
-        scene = self.gateway.registry.scenes.get(name) if name else None
+        scene = self.scene_of(call, prepared)
         return scene.cache_ttl_s if scene is not None else None
 
     async def _generate(self, call: CapabilityCall, version: PromptVersion, run: _Run, *, guard: SceneGuard,
@@ -314,10 +318,9 @@ class Capabilities:
 
     async def _model_call(self, call: CapabilityCall, version: PromptVersion, run: _Run, *,
                           messages: list[dict[str, Any]], model: str | None, scene: str | None, purpose: str) -> str:
-        prepared = Prepared(version=version, locale="", messages=messages, schema=None, model=model, scene=scene)
-        ctx = self.call_context(call, prepared, first=not run.attempts)
+        ctx = self.call_context(call, version, scene, first=not run.attempts)
         ctx.guardrails = run.guardrails or None
-        body = self.chat_body(call, prepared)
+        body = self.chat_body(call, version, messages, model)
         started = time.perf_counter()
         run.last = ctx
         attempt: dict[str, Any] = {"purpose": purpose, "model": None, "endpoint": None, "status": 0,

@@ -193,13 +193,9 @@ class Call:
             await self.finish(500, "internal_error")  # a code path that forgot to finish: never leak
 
     def _record(self, status: int, error_code: str | None, usage: Usage | None, estimated: bool) -> None:
-        ctx, registry = self.ctx, self.deps.registry
+        ctx = self.ctx
         ep = ctx.endpoint
-        cost = 0.0
-        if usage is not None and ep is not None and ctx.model is not None:
-            price = registry.price_for(ep, ctx.model)
-            if price is not None:
-                cost = price.cost(usage.prompt_tokens, usage.completion_tokens)
+        cost = call_cost(self.deps.registry, ctx, usage)
         self.deps.log_writer.submit(RequestLogRecord(
             request_id=ctx.request_id, created_at=datetime.now(UTC), caller=ctx.caller_name, route=ctx.route,
             model=ctx.model, endpoint=ep.name if ep else None, upstream_model=ep.upstream_model if ep else None,
@@ -214,6 +210,15 @@ class Call:
                           "latency_ms": a.latency_ms} for a in ctx.attempt_log],
             capability=ctx.capability, prompt_code=ctx.prompt_code, prompt_version=ctx.prompt_version,
             guardrails=ctx.guardrails))
+
+
+def call_cost(registry: Registry, ctx: CallContext, usage: Usage | None) -> float:
+    """What a call's usage costs at its endpoint's price (0 with no usage, endpoint or price): what its
+    request-log row says, and what a capability adds up over its calls."""
+    if usage is None or ctx.endpoint is None or ctx.model is None:
+        return 0.0
+    price = registry.price_for(ctx.endpoint, ctx.model)
+    return price.cost(usage.prompt_tokens, usage.completion_tokens) if price is not None else 0.0
 
 
 def attempt_outcome(failure: BaseException | None) -> tuple[int, str | None]:
