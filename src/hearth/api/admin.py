@@ -10,13 +10,13 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
+from hearth.api.request_body import parse_model
 from hearth.errors import HearthError
 from hearth.gateway.endpoint_admission import scopes_for
 from hearth.registry.config import (
@@ -79,14 +79,7 @@ async def upsert_entry(kind: str, name: str, request: Request) -> Response:
     check_name(name, key_field, external=kind == "prices")  # a price key may be an upstream model name
     body = await read_json_object(request)
     body[key_field] = name
-    try:
-        spec = spec_cls.model_validate(body)
-        registry_spec = RegistrySpec.model_validate({table: [spec]})
-    except ValidationError as exc:
-        problems = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
-        param = ".".join(map(str, problems[0]["loc"])) if problems else None
-        raise HearthError("invalid_request", "The entry is invalid.", details={"errors": problems},
-                          param=param) from exc
+    registry_spec = parse_model(RegistrySpec, {table: [parse_model(spec_cls, body, "entry")]}, "entry")
     rt = runtime(request)
     report = await apply_registry(rt.engine, registry_spec, rt.vault)
     if report.changed:

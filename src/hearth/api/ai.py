@@ -9,7 +9,7 @@ renders the result; nothing else.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -18,6 +18,7 @@ from hearth.api.ai_schemas import (
     AI_ERROR_RESPONSES,
     BillRequest,
     CapabilityEnvelope,
+    CapabilityRequest,
     ChatRequest,
     ExtractRequest,
     GenerateRequest,
@@ -28,17 +29,15 @@ from hearth.api.deps import authenticated_body, client_ip, request_id, runtime
 from hearth.api.envelope import ok
 from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai_schemas import request_body
-from hearth.api.prompts import parse
-from hearth.api.request_body import parse_json_object
-from hearth.auth.internal import PendingNonce
+from hearth.api.request_body import parse_json_object, parse_model
 from hearth.capabilities import bill
 from hearth.capabilities.chat import ChatOptions, chat_key, chat_once, chat_stream
 from hearth.capabilities.service import Capabilities, CapabilityCall
 from hearth.capabilities.sources import SourceLimits, read_input
 from hearth.capabilities.structured import check_schema
 from hearth.errors import HearthError
-from hearth.registry.snapshot import Caller
 
+B = TypeVar("B", bound=CapabilityRequest)
 router = APIRouter(prefix="/api/v1/ai", tags=["capabilities"], responses=AI_ERROR_RESPONSES)
 _OK: dict[int | str, dict[str, Any]] = {200: {"model": CapabilityEnvelope}}
 
@@ -49,17 +48,21 @@ def _limits(request: Request) -> SourceLimits:
                         url_allow=tuple(s.file_url_allow))
 
 
-def _call(request: Request, capability: str, caller: Caller, nonce: PendingNonce | None, *,
-          body: Any) -> CapabilityCall:
+async def _request(request: Request, model: type[B], capability: str) -> tuple[B, CapabilityCall, dict[str, Any]]:
+    """Authenticate, read and check the body as ``model``: (the body, the call it describes, the raw object)."""
+    caller, raw_bytes, nonce = await authenticated_body(request)
+    raw = parse_json_object(raw_bytes)
+    body = parse_model(model, raw, "request")
     tenant = body.tenant or request.headers.get("x-hearth-tenant")
     user = body.user or request.headers.get("x-hearth-user")
-    return CapabilityCall(capability=capability, request_id=request_id(request), caller=caller,
-                          prompt_code=getattr(body, "prompt_code", None), role=getattr(body, "role", None),
-                          variables=dict(getattr(body, "variables", None) or {}), locale=body.locale,
+    call = CapabilityCall(capability=capability, request_id=request_id(request), caller=caller,
+                          prompt_code=body.prompt_code, role=getattr(body, "role", None),
+                          variables=dict(body.variables or {}), locale=body.locale,
                           scene=body.scene or request.headers.get("x-hearth-scene"), model=body.model,
                           max_tokens=body.max_tokens, end_user=user[:256] if user else None,
                           tenant=tenant[:256] if tenant else None, client_ip=client_ip(request), nonce=nonce,
                           timeout_s=caller_timeout_s(request.headers))
+    return body, call, raw
 
 
 async def _run(request: Request, call: CapabilityCall) -> Response:
@@ -75,17 +78,10 @@ async def _with_input(request: Request, call: CapabilityCall, raw: dict[str, Any
     return call
 
 
-async def _parsed(request: Request) -> tuple[Caller, PendingNonce | None, dict[str, Any]]:
-    caller, raw, nonce = await authenticated_body(request)
-    return caller, nonce, parse_json_object(raw)
-
-
 @router.post("/summarize", summary="Summarize a text, a file or a URL's text", responses=_OK,
              openapi_extra=request_body(SummarizeRequest))
 async def summarize(request: Request) -> Response:
-    caller, nonce, raw = await _parsed(request)
-    body = parse(SummarizeRequest, raw, "request")
-    call = _call(request, "summarize", caller, nonce, body=body)
+    body, call, raw = await _request(request, SummarizeRequest, "summarize")
     if body.max_sentences is not None:
         call.variables.setdefault("max_sentences", body.max_sentences)
     return await _run(request, await _with_input(request, call, raw))
@@ -94,9 +90,7 @@ async def summarize(request: Request) -> Response:
 @router.post("/extract", summary="Extract a JSON document matching a schema (inline or `schema_code`)",
              responses=_OK, openapi_extra=request_body(ExtractRequest))
 async def extract(request: Request) -> Response:
-    caller, nonce, raw = await _parsed(request)
-    body = parse(ExtractRequest, raw, "request")
-    call = _call(request, "extract", caller, nonce, body=body)
+    body, call, raw = await _request(request, ExtractRequest, "extract")
     if body.schema_ is not None:
         check_schema(body.schema_)
         call.schema = body.schema_
@@ -119,20 +113,17 @@ def _schema_by_code(request: Request, code: str) -> dict[str, Any]:
 @router.post("/extract/bill", summary="Extract a bill (invoice or receipt) with the built-in schema and rules",
              responses=_OK, openapi_extra=request_body(BillRequest))
 async def extract_bill(request: Request) -> Response:
-    caller, nonce, raw = await _parsed(request)
-    body = parse(BillRequest, raw, "request")
-    call = _call(request, "extract_bill", caller, nonce, body=body)
+    _, call, raw = await _request(request, BillRequest, "extract_bill")
     return await _run(request, await _with_input(request, call, raw))
 
 
 @router.post("/text/generate", summary="Generate text from a prompt (or a role's prompt) and variables",
              responses=_OK, openapi_extra=request_body(GenerateRequest))
 async def text_generate(request: Request) -> Response:
-    caller, nonce, raw = await _parsed(request)
-    body = parse(GenerateRequest, raw, "request")
+    body, call, _ = await _request(request, GenerateRequest, "generate")
     if body.prompt_code is None and body.role is None:
         raise HearthError("invalid_request", "`prompt_code` or `role` is required.", param="prompt_code")
-    return await _run(request, _call(request, "generate", caller, nonce, body=body))
+    return await _run(request, call)
 
 
 @router.post("/chat", summary="Chat with a role (its persona and model) or the default assistant; `stream: true` "
@@ -140,9 +131,7 @@ async def text_generate(request: Request) -> Response:
              openapi_extra=request_body(ChatRequest),
              responses={200: {"model": CapabilityEnvelope, "content": {"text/event-stream": {}}}})
 async def chat(request: Request) -> Response:
-    caller, nonce, raw = await _parsed(request)
-    body = parse(ChatRequest, raw, "request")
-    call = _call(request, "chat", caller, nonce, body=body)
+    body, call, _ = await _request(request, ChatRequest, "chat")
     call.messages = [m.model_dump() for m in body.messages]
     rt = runtime(request)
     s = rt.settings

@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from hearth.api.admin_schemas import ErrorEnvelope
 
 
-class _Common(BaseModel):
+class CapabilityRequest(BaseModel):
+    """The fields every capability request takes."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     locale: str | None = Field(default=None, max_length=35, description="e.g. `zh-CN`: picks the prompt's "
@@ -25,7 +27,7 @@ class _Common(BaseModel):
     variables: dict[str, Any] | None = Field(default=None, description="the prompt's declared variables")
 
 
-class _Input(_Common):
+class _Input(CapabilityRequest):
     text: str | None = Field(default=None, description="the input text (first of text, ocr_text, file_id, "
                              "file_url that is given)")
     ocr_text: str | None = None
@@ -56,7 +58,7 @@ class BillRequest(_Input):
     model_config = ConfigDict(json_schema_extra={"examples": [{"ocr_text": "Invoice INV-7\nTotal: $12.50"}]})
 
 
-class GenerateRequest(_Common):
+class GenerateRequest(CapabilityRequest):
     role: str | None = Field(default=None, max_length=128, description="a role bound to a prompt")
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"prompt_code": "question_generation",
@@ -70,7 +72,7 @@ class CapabilityChatMessage(BaseModel):
     content: str
 
 
-class ChatRequest(_Common):
+class ChatRequest(CapabilityRequest):
     role: str | None = Field(default=None, max_length=128, description="the persona (system prompt), its "
                              "default prompt and model")
     messages: list[CapabilityChatMessage] = Field(min_length=1, max_length=500)

@@ -11,7 +11,7 @@ from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.openai_schemas import request_body
-from hearth.api.prompts import parse
+from hearth.api.request_body import parse_model
 from hearth.registry.shortcuts import ModelShortcut, ProviderShortcut, model_spec, provider_spec
 from hearth.registry.store import apply_registry
 
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/api/v1", tags=["registry"], dependencies=[Depends(re
 @router.post("/model/providers", summary="Create or update a provider by code (idempotent)", responses=OK,
              openapi_extra=request_body(ProviderShortcut))
 async def upsert_provider(request: Request) -> Response:
-    body = parse(ProviderShortcut, await read_json_object(request), "provider")
+    body = parse_model(ProviderShortcut, await read_json_object(request), "provider")
     rt = runtime(request)
     report = await apply_registry(rt.engine, provider_spec(body), rt.vault)
     if report.changed:
@@ -33,7 +33,7 @@ async def upsert_provider(request: Request) -> Response:
 @router.post("/models", summary="Create or update a provider's model: its endpoint and public model (idempotent)",
              responses=OK, openapi_extra=request_body(ModelShortcut))
 async def upsert_model(request: Request) -> Response:
-    body = parse(ModelShortcut, await read_json_object(request), "model")
+    body = parse_model(ModelShortcut, await read_json_object(request), "model")
     rt = runtime(request)
     report = await apply_registry(rt.engine, model_spec(body, rt.gateway.registry), rt.vault)
     if report.changed:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK, OkEnvelope
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.openai_schemas import request_body
+from hearth.api.request_body import parse_model
 from hearth.errors import HearthError
 from hearth.observability.request_log import prompt_version_stats
 from hearth.prompts import store
@@ -28,19 +27,6 @@ from hearth.prompts.spec import CODE_PATTERN, PromptCreate, RolePatch, RoleSpec,
 
 router = APIRouter(prefix="/api/v1", tags=["prompts"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
-M = TypeVar("M", bound=BaseModel)
-
-
-def parse(model: type[M], body: dict[str, Any], what: str) -> M:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        problems = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
-        param = ".".join(map(str, problems[0]["loc"])) if problems else None
-        raise HearthError("invalid_request", f"The {what} is invalid.", details={"errors": problems},
-                          param=param) from exc
-
-
 def _code(code: str) -> str:
     if not re.fullmatch(CODE_PATTERN, code):
         raise HearthError("invalid_request", "A code is lower-case letters, digits, `_`, `.` and `-` (at most 128).",
@@ -56,7 +42,7 @@ async def list_prompts(request: Request) -> Response:
 @router.post("/prompts", summary="Create a prompt (version 1) or add the next version of an existing one",
              status_code=201, openapi_extra=request_body(PromptCreate), responses={201: {"model": OkEnvelope}})
 async def create_prompt(request: Request) -> Response:
-    spec = parse(PromptCreate, await read_json_object(request), "prompt")
+    spec = parse_model(PromptCreate, await read_json_object(request), "prompt")
     rt = runtime(request)
     row = await store.create_version(rt.engine, spec)
     await rt.prompts.load()
@@ -78,7 +64,7 @@ async def list_versions(code: str, request: Request) -> Response:
               summary="Activate, deactivate or disable a version (audited), set a canary share, or change the "
               "prompt's display fields")
 async def patch_version(code: str, version: int, request: Request) -> Response:
-    patch = parse(VersionPatch, await read_json_object(request), "change")
+    patch = parse_model(VersionPatch, await read_json_object(request), "change")
     rt = runtime(request)
     row = await store.change_version(rt.engine, _code(code), version, patch)
     await rt.prompts.load()
@@ -105,7 +91,7 @@ async def list_roles(request: Request) -> Response:
 @router.post("/roles", summary="Create a role", status_code=201, openapi_extra=request_body(RoleSpec),
              responses={201: {"model": OkEnvelope}})
 async def create_role(request: Request) -> Response:
-    spec = parse(RoleSpec, await read_json_object(request), "role")
+    spec = parse_model(RoleSpec, await read_json_object(request), "role")
     rt = runtime(request)
     row = await store.create_role(rt.engine, spec)
     await rt.prompts.load()
@@ -120,7 +106,7 @@ async def get_role(code: str, request: Request) -> Response:
 @router.patch("/roles/{code}", summary="Change a role (\"\" unbinds prompt_code, model or scene)",
               openapi_extra=request_body(RolePatch), responses=OK)
 async def patch_role(code: str, request: Request) -> Response:
-    patch = parse(RolePatch, await read_json_object(request), "change")
+    patch = parse_model(RolePatch, await read_json_object(request), "change")
     rt = runtime(request)
     row = await store.change_role(rt.engine, _code(code), patch)
     await rt.prompts.load()

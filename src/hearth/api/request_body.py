@@ -17,9 +17,10 @@ body with 40 messages and 10 tool schemas — less than orjson's own parse of it
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from hearth.errors import HearthError
@@ -92,3 +93,17 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
             and json_too_deep(body)):
         raise _nesting_error()
     return body
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_model(model: type[M], body: dict[str, Any], what: str) -> M:
+    """``body`` validated as ``model``; else 400 ``invalid_request`` listing every problem (``param``: the first)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        param = ".".join(map(str, problems[0]["loc"])) if problems else None
+        raise HearthError("invalid_request", f"The {what} is invalid.", details={"errors": problems},
+                          param=param) from exc
