@@ -30,7 +30,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.app",),  # the ASGI application
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
     ("hearth.readiness",),
-    ("hearth.runtime",),  # composition root: builds the gateway, providers, writers
+    ("hearth.runtime",),  # composition root: builds the gateway, providers, writers, the task engine
+    ("hearth.tasks",),  # the durable task engine: the queue is a table; capability tasks run on it
     ("hearth.capabilities",),  # summarize, extract, generate, chat: prompt rendered, gateway called, output checked
     ("hearth.gateway", "hearth.auth"),  # the call core; who is calling (callers' keys, signatures)
     ("hearth.providers",),  # upstream adapters, used by the gateway, never using it
@@ -50,6 +51,7 @@ FOUNDATION: tuple[str, ...] = (
     "hearth.ids",
     "hearth.settings",
     "hearth.observability.logging",
+    "hearth.validation",  # a body checked against a pydantic model, 400 otherwise (every face, the task engine)
 )
 
 # The call core knows nothing of HTTP serving: status codes, headers and responses are api/'s business.

@@ -78,6 +78,21 @@ CATALOG: dict[str, ErrorSpec] = {
     "file_url_timeout": ErrorSpec(504, True, "api_error", "The file URL did not answer in time."),
     "request_in_progress": ErrorSpec(409, True, "invalid_request_error",
                                      "A request with this request_id is still running."),
+    # the task engine (issue 10)
+    "task_type_unknown": ErrorSpec(400, False, "invalid_request_error", "The task type does not exist."),
+    "queue_full": ErrorSpec(429, True, "rate_limit_error", "The queue has no room for more tasks now."),
+    "task_not_found": ErrorSpec(404, False, "invalid_request_error", "The task does not exist."),
+    "task_not_finished": ErrorSpec(409, True, "invalid_request_error", "The task has no result yet."),
+    "task_state_conflict": ErrorSpec(409, False, "invalid_request_error",
+                                     "The task's state does not allow this action."),
+    "task_soft_time_limit": ErrorSpec(504, False, "api_error", "The task ran past its soft time limit."),
+    "task_time_limit": ErrorSpec(504, False, "api_error", "The task ran past its time limit and was stopped."),
+    "worker_lost": ErrorSpec(500, True, "api_error", "The worker running the task stopped answering."),
+    "task_cancelled": ErrorSpec(409, False, "invalid_request_error", "The task was cancelled."),
+    "dead_letter_not_found": ErrorSpec(404, False, "invalid_request_error", "The dead letter does not exist."),
+    "callback_url_refused": ErrorSpec(400, False, "invalid_request_error",
+                                      "The callback URL is not allowed (scheme, or an address Hearth does not "
+                                      "call)."),
     # capacity
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),

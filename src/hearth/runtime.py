@@ -18,6 +18,7 @@ import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.capabilities.chat_stream import ChatRuns
+from hearth.capabilities.sources import SourceLimits
 from hearth.gateway.budget_balances import sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.endpoint_admission import cooldown_key
@@ -46,6 +47,9 @@ from hearth.settings import Settings, read_config_file
 from hearth.state.base import StateBackend, StateUnavailable
 from hearth.state.factory import MemoryStateClaim, create_state, refuse_memory_with_workers
 from hearth.store.db import create_engine, migrate
+from hearth.tasks.capability_tasks import CapabilityServices, register_capability_tasks
+from hearth.tasks.engine import TaskEngine, build_task_engine
+from hearth.tasks.types import TaskTypes
 
 log = get_logger("hearth.runtime")
 
@@ -62,6 +66,7 @@ class Runtime:
     ledger: BudgetLedger
     recovery: StateRecovery
     prompts: PromptCatalog
+    tasks: TaskEngine
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
@@ -126,6 +131,7 @@ class Runtime:
                 log.warning("budget_sweep_failed", error=type(exc).__name__)
 
     async def stop(self) -> None:
+        await self.tasks.stop()  # first: running tasks finish (or are handed back) while the gateway still serves
         await self.recovery.stop()
         for task in self._tasks:
             task.cancel()
@@ -138,6 +144,11 @@ class Runtime:
         if self._claim is not None:
             await self._claim.release()
         await self.engine.dispose()
+
+
+def source_limits(settings: Settings) -> SourceLimits:
+    return SourceLimits(file_root=settings.file_root, max_bytes=settings.file_max_bytes,
+                        timeout_s=settings.file_url_timeout_s, url_allow=tuple(settings.file_url_allow))
 
 
 async def start_runtime(settings: Settings) -> Runtime:
@@ -195,8 +206,14 @@ async def start_runtime(settings: Settings) -> Runtime:
     gateway_box.append(gateway)
     prompts = PromptCatalog(engine)
     await prompts.load()
+    types = TaskTypes()
+    register_capability_tasks(types)
+    services = CapabilityServices(gateway=gateway, prompts=prompts, session=session, limits=source_limits(settings),
+                                  offline_fallback=settings.offline_fallback)
+    tasks = build_task_engine(settings, engine, types, services, session=session, run_worker=settings.embedded_worker)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
-                 log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, _claim=claim)
+                 log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
+                 _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     ledger.start()
@@ -204,6 +221,7 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     rt._tasks.append(asyncio.create_task(rt._watch_prompts(), name="prompts-watch"))
+    await tasks.start()
     _return_startup_garbage_to_os()
     return rt
 

@@ -102,6 +102,42 @@ class Settings(BaseSettings):
     offline_fallback: bool = Field(default=True, description="answer summarize and bill extraction with the local "
                                    "extractive engine (`degraded: true`) when no model endpoint can serve")
 
+    # the task engine (docs/tasks.md)
+    task_queues: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=lambda: {"ai.default": 32, "ai.summary": 16, "ai.bill_extract": 8},
+        description="queue name → a worker's concurrency on it (`ai.default=32,ai.summary=16` in the environment)")
+    embedded_worker: bool = Field(default=True, description="`hearth serve` also runs a worker on every queue of "
+                                  "`task_queues` (turn off when separate `hearth worker` processes run them)")
+    task_lease_s: float = Field(default=9.0, gt=0, description="how long a claimed task stays a worker's without a "
+                                "heartbeat; a dead worker's tasks run again after at most this plus `task_reap_s`")
+    task_heartbeat_s: float = Field(default=3.0, gt=0, description="how often a worker renews its leases (at most a "
+                                    "third of `task_lease_s`, checked at start)")
+    task_poll_s: float = Field(default=1.0, gt=0, description="longest wait for new work without a notification "
+                               "(PostgreSQL LISTEN wakes workers at once; SQLite and delayed retries rely on this)")
+    task_reap_s: float = Field(default=1.0, gt=0, description="how often a worker looks for expired leases and due "
+                               "delayed tasks")
+    task_grace_s: float = Field(default=10.0, ge=0, description="on shutdown, how long running tasks may finish "
+                                "before they are handed back")
+    task_max_attempts: int = Field(default=3, ge=1, le=100, description="attempts of a task type without its own "
+                                   "retry policy")
+    task_queue_max_depth: int = Field(default=100_000, ge=1, description="queued + waiting tasks a queue holds; "
+                                      "beyond it submissions get 429 `queue_full`")
+    task_user_max_queued: int = Field(default=10_000, ge=1, description="queued + waiting tasks per queue of one "
+                                      "user (else tenant, else caller)")
+    task_low_priority_watermark: float = Field(default=0.8, gt=0, le=1, description="share of a queue's depth "
+                                               "above which tasks with priority below 0 are refused")
+    callback_signing_key: str | None = Field(default=None, repr=False, description="HMAC key signing task callbacks "
+                                             "(docs/tasks.md); unset: `callback_url` is refused")
+    callback_url_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="CIDR networks or host names callbacks may go to although private")
+    callback_max_attempts: int = Field(default=8, ge=1, le=50, description="deliveries of one callback before it "
+                                       "is given up (listed, redeliverable)")
+    alert_webhook_url: str | None = Field(default=None, description="a dead letter opening is POSTed here, signed "
+                                          "like a callback")
+    dead_letter_severity: list[dict[str, str]] = Field(
+        default_factory=list, description="rules `{severity, error_code?, task_type?, failure_stage?}`, first "
+        "match wins; default P1 credentials/bugs/lost workers, P2 upstream down, P3 bad input")
+
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="browser origins allowed to call Hearth (CORS), comma-separated "
         "in the environment, e.g. `https://console.example.com`; `*` allows any; empty: no CORS headers")
@@ -115,7 +151,15 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r} (an IANA name such as UTC or Asia/Shanghai)") from exc
         return value
 
-    @field_validator("cors_origins", "file_url_allow", mode="before")
+    @field_validator("task_queues", mode="before")
+    @classmethod
+    def _queue_map(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pairs = [p.strip().partition("=") for p in value.split(",") if p.strip()]
+            return {name.strip(): int(n) if n.strip() else 1 for name, _, n in pairs}
+        return value
+
+    @field_validator("cors_origins", "file_url_allow", "callback_url_allow", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -30,11 +30,10 @@ from hearth.api.envelope import ok
 from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object, parse_model
-from hearth.capabilities import bill
 from hearth.capabilities.chat import ChatOptions, chat_key, chat_once, chat_stream
+from hearth.capabilities.requests import call_from_body
 from hearth.capabilities.service import Capabilities, CapabilityCall
 from hearth.capabilities.sources import SourceLimits, read_input
-from hearth.capabilities.structured import check_schema
 from hearth.errors import HearthError
 
 B = TypeVar("B", bound=CapabilityRequest)
@@ -53,15 +52,10 @@ async def _request(request: Request, model: type[B], capability: str) -> tuple[B
     caller, raw_bytes, nonce = await authenticated_body(request)
     raw = parse_json_object(raw_bytes)
     body = parse_model(model, raw, "request")
-    tenant = body.tenant or request.headers.get("x-hearth-tenant")
-    user = body.user or request.headers.get("x-hearth-user")
-    call = CapabilityCall(capability=capability, request_id=request_id(request), caller=caller,
-                          prompt_code=body.prompt_code, role=getattr(body, "role", None),
-                          variables=dict(body.variables or {}), locale=body.locale,
-                          scene=body.scene or request.headers.get("x-hearth-scene"), model=body.model,
-                          max_tokens=body.max_tokens, end_user=user[:256] if user else None,
-                          tenant=tenant[:256] if tenant else None, client_ip=client_ip(request), nonce=nonce,
-                          timeout_s=caller_timeout_s(request.headers))
+    call = call_from_body(capability, body, caller=caller, request_id=request_id(request),
+                          snapshot=runtime(request).prompts.snapshot, tenant=request.headers.get("x-hearth-tenant"),
+                          user=request.headers.get("x-hearth-user"), scene=request.headers.get("x-hearth-scene"),
+                          client_ip=client_ip(request), nonce=nonce, timeout_s=caller_timeout_s(request.headers))
     return body, call, raw
 
 
@@ -81,33 +75,15 @@ async def _with_input(request: Request, call: CapabilityCall, raw: dict[str, Any
 @router.post("/summarize", summary="Summarize a text, a file or a URL's text", responses=_OK,
              openapi_extra=request_body(SummarizeRequest))
 async def summarize(request: Request) -> Response:
-    body, call, raw = await _request(request, SummarizeRequest, "summarize")
-    if body.max_sentences is not None:
-        call.variables.setdefault("max_sentences", body.max_sentences)
+    _, call, raw = await _request(request, SummarizeRequest, "summarize")
     return await _run(request, await _with_input(request, call, raw))
 
 
 @router.post("/extract", summary="Extract a JSON document matching a schema (inline or `schema_code`)",
              responses=_OK, openapi_extra=request_body(ExtractRequest))
 async def extract(request: Request) -> Response:
-    body, call, raw = await _request(request, ExtractRequest, "extract")
-    if body.schema_ is not None:
-        check_schema(body.schema_)
-        call.schema = body.schema_
-    elif body.schema_code is not None:
-        call.schema = _schema_by_code(request, body.schema_code)
+    _, call, raw = await _request(request, ExtractRequest, "extract")
     return await _run(request, await _with_input(request, call, raw))
-
-
-def _schema_by_code(request: Request, code: str) -> dict[str, Any]:
-    """A built-in schema (``bill``) or the output schema of an active prompt of that code."""
-    if code == bill.BILL_SCHEMA_CODE:
-        return bill.BILL_SCHEMA
-    version = runtime(request).prompts.snapshot.active.get(code)
-    if version is None or version.output_schema is None:
-        raise HearthError("schema_not_found", f"No schema `{code}`: use `bill` or the code of an active prompt "
-                          "with an output schema.", param="schema_code")
-    return dict(version.output_schema)
 
 
 @router.post("/extract/bill", summary="Extract a bill (invoice or receipt) with the built-in schema and rules",
@@ -120,9 +96,7 @@ async def extract_bill(request: Request) -> Response:
 @router.post("/text/generate", summary="Generate text from a prompt (or a role's prompt) and variables",
              responses=_OK, openapi_extra=request_body(GenerateRequest))
 async def text_generate(request: Request) -> Response:
-    body, call, _ = await _request(request, GenerateRequest, "generate")
-    if body.prompt_code is None and body.role is None:
-        raise HearthError("invalid_request", "`prompt_code` or `role` is required.", param="prompt_code")
+    _, call, _ = await _request(request, GenerateRequest, "generate")
     return await _run(request, call)
 
 
@@ -132,7 +106,6 @@ async def text_generate(request: Request) -> Response:
              responses={200: {"model": CapabilityEnvelope, "content": {"text/event-stream": {}}}})
 async def chat(request: Request) -> Response:
     body, call, _ = await _request(request, ChatRequest, "chat")
-    call.messages = [m.model_dump() for m in body.messages]
     rt = runtime(request)
     s = rt.settings
     options = ChatOptions(engine=rt.engine, runs=rt.chat_runs, heartbeat_s=s.sse_heartbeat_s, keep_s=s.chat_keep_s,

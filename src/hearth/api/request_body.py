@@ -17,13 +17,13 @@ body with 40 messages and 10 tool schemas — less than orjson's own parse of it
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import orjson
-from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from hearth.errors import HearthError
+from hearth.validation import parse_model as parse_model  # re-exported: routers import it from here
 
 __all__ = ["MAX_JSON_DEPTH", "json_too_deep", "parse_json_object", "read_limited"]
 
@@ -95,15 +95,3 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-def parse_model(model: type[M], body: dict[str, Any], what: str) -> M:
-    """``body`` validated as ``model``; else 400 ``invalid_request`` listing every problem (``param``: the first)."""
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        problems = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
-        param = ".".join(map(str, problems[0]["loc"])) if problems else None
-        raise HearthError("invalid_request", f"The {what} is invalid.", details={"errors": problems},
-                          param=param) from exc

@@ -69,6 +69,7 @@ class CapabilityCall:
     nonce: Any = None  # a signed request's nonce: claimed by the first model call only
     timeout_s: float | None = None
     source: str | None = None
+    task_id: str | None = None  # the task this capability runs for (its calls' request-log rows say so)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +192,8 @@ class Capabilities:
         return CallContext(request_id=call.request_id, caller=call.caller, route="chat", end_user=call.end_user,
                            tenant=call.tenant, client_ip=call.client_ip, requested_scene=scene,
                            pending_nonce=call.nonce if first else None, timeout_s=call.timeout_s,
-                           capability=call.capability, prompt_code=version.code, prompt_version=version.version)
+                           capability=call.capability, prompt_code=version.code, prompt_version=version.version,
+                           task_id=call.task_id)
 
     def cost_of(self, ctx: CallContext, usage: Usage | None) -> float:
         return call_cost(self.gateway.registry, ctx, usage)
@@ -397,7 +399,7 @@ class Capabilities:
             prompt_code=version.code if version else call.prompt_code,
             prompt_version=version.version if version else None, degraded=bool(degraded) if degraded else None,
             guardrails=run.guardrails or None,
-            cache_hit=run.cache_hit))
+            cache_hit=run.cache_hit, task_id=call.task_id))
 
 
     def log_stream(self, call: CapabilityCall, version: PromptVersion, *, ctx: CallContext | None, status: int,

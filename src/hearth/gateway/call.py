@@ -209,7 +209,7 @@ class Call:
             attempt_log=[{"endpoint": a.endpoint, "status": a.status, "error_code": a.error_code,
                           "latency_ms": a.latency_ms} for a in ctx.attempt_log],
             capability=ctx.capability, prompt_code=ctx.prompt_code, prompt_version=ctx.prompt_version,
-            guardrails=ctx.guardrails))
+            guardrails=ctx.guardrails, task_id=ctx.task_id))
 
 
 def call_cost(registry: Registry, ctx: CallContext, usage: Usage | None) -> float:

@@ -60,6 +60,7 @@ class CallContext:
     capability: str | None = None  # set by the capability API: which capability and prompt version this call serves
     prompt_code: str | None = None
     prompt_version: int | None = None
+    task_id: str | None = None  # set by a task's capability call: the request-log row links task → call
     guardrails: dict[str, Any] | None = None  # guardrail actions taken for the call (counts, rule ids)
 
     @property

@@ -70,6 +70,7 @@ class RequestLogRecord:
     guardrails: dict[str, Any] | None = None  # actions taken (counts, rule ids), never a raw value
     degraded: bool | None = None
     cache_hit: bool | None = None
+    task_id: str | None = None  # the task this call ran for (task → call → attempt)
 
 
 _FIELDS = tuple(f.name for f in fields(RequestLogRecord))

@@ -287,12 +287,15 @@ request_logs = Table(
     Column("guardrails", JSON, nullable=True),
     Column("degraded", Boolean, nullable=True),
     Column("cache_hit", Boolean, nullable=True),
+    # 0012: the task a call ran for (task → call → attempt)
+    Column("task_id", String(40), nullable=True),
 )
 Index("ix_request_logs_created_at", request_logs.c.created_at)
 Index("ix_request_logs_caller_created", request_logs.c.caller, request_logs.c.created_at)
 Index("ix_request_logs_model_created", request_logs.c.model, request_logs.c.created_at)
 Index("ix_request_logs_request_id", request_logs.c.request_id)
 Index("ix_request_logs_prompt", request_logs.c.prompt_code, request_logs.c.created_at)
+Index("ix_request_logs_task", request_logs.c.task_id)
 
 # owner: hearth.store.batch_insert — rows a batch writer's table refused (bad data), kept for operators
 dead_rows = Table(
@@ -305,3 +308,125 @@ dead_rows = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 Index("ix_dead_rows_created_at", dead_rows.c.created_at)
+
+# --------------------------------------------------------------------------- the task engine (issue 10)
+# Times are float seconds since the epoch: the queue compares them on every claim and lease check, the
+# same way on SQLite and PostgreSQL, and the API renders them as ISO 8601.
+
+# owner: hearth.tasks.queue (claims, completions) and hearth.tasks.transitions (every state change)
+tasks = Table(
+    "tasks", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("task_type", String(64), nullable=False),
+    Column("queue", String(64), nullable=False),
+    Column("priority", Integer, nullable=False, default=0),
+    Column("state", String(16), nullable=False),
+    Column("caller", String(128), nullable=False),
+    Column("tenant", String(256), nullable=True),
+    Column("end_user", String(256), nullable=True),
+    Column("fair_key", String(300), nullable=False),  # whose share of the queue this is (user, tenant or caller)
+    Column("fair_seq", BigInteger, nullable=False, default=0),  # round-robin position among fair keys
+    Column("payload", JSON, nullable=False),
+    Column("result", JSON, nullable=True),
+    Column("error", JSON, nullable=True),  # {code, message, details} of the last failure
+    Column("error_code", String(64), nullable=True),
+    Column("failure_stage", String(64), nullable=True),
+    Column("current_step", String(128), nullable=True),
+    Column("progress", Integer, nullable=False, default=0),
+    Column("attempt", Integer, nullable=False, default=0),  # the fence: every worker write names it
+    Column("max_attempts", Integer, nullable=False),
+    Column("repeat_safe", Boolean, nullable=False),  # may an attempt cut short by a dead worker simply run again?
+    Column("run_after", Float, nullable=False),
+    Column("lease_until", Float, nullable=True),
+    Column("worker", String(128), nullable=True),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("idempotency_key", String(128), nullable=True),
+    Column("replay_of", String(40), nullable=True),
+    Column("callback_url", Text, nullable=True),
+    Column("request_id", String(64), nullable=True),
+    Column("versions", JSON, nullable=True),  # models and prompt versions the task's calls used
+    Column("hold_reason", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("caller", "idempotency_key", name="uq_tasks_caller_idempotency"),
+)
+_QUEUED = tasks.c.state == "queued"
+_PENDING = tasks.c.state.in_(("queued", "waiting"))
+Index("ix_tasks_claim", tasks.c.queue, tasks.c.priority.desc(), tasks.c.fair_seq, tasks.c.created_at, tasks.c.id,
+      postgresql_where=_QUEUED, sqlite_where=_QUEUED)
+Index("ix_tasks_pending_fair", tasks.c.queue, tasks.c.fair_key, tasks.c.fair_seq,
+      postgresql_where=_PENDING, sqlite_where=_PENDING)
+Index("ix_tasks_running_lease", tasks.c.lease_until,
+      postgresql_where=tasks.c.state == "running", sqlite_where=tasks.c.state == "running")
+Index("ix_tasks_waiting_run_after", tasks.c.run_after,
+      postgresql_where=tasks.c.state == "waiting", sqlite_where=tasks.c.state == "waiting")
+Index("ix_tasks_updated", tasks.c.updated_at, tasks.c.id)
+Index("ix_tasks_caller_created", tasks.c.caller, tasks.c.created_at, tasks.c.id)
+
+# owner: hearth.tasks.transitions — one row per attempt: who ran it, how it ended
+task_attempts = Table(
+    "task_attempts", metadata,
+    Column("task_id", String(40), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("worker", String(128), nullable=True),
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    Column("outcome", String(32), nullable=True),  # succeeded | failed | retry | lease_expired | killed | hold
+    Column("error_code", String(64), nullable=True),
+    Column("error_message", Text, nullable=True),
+)
+
+# owner: hearth.tasks.transitions — every state change and progress report, in order (the SSE stream)
+task_events = Table(
+    "task_events", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("task_id", String(40), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("kind", String(16), nullable=False),  # state | progress
+    Column("state", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("progress", Integer, nullable=True),
+    Column("step", String(128), nullable=True),
+    Column("detail", JSON, nullable=True),
+)
+Index("ix_task_events_task", task_events.c.task_id, task_events.c.id)
+
+# owner: hearth.tasks.dead_letters — terminal failures, until an operator acknowledges or redrives them
+dead_letters = Table(
+    "dead_letters", metadata,
+    Column("task_id", String(40), primary_key=True),
+    Column("status", String(16), nullable=False),  # OPEN | ACKNOWLEDGED | REDRIVEN | RESOLVED
+    Column("severity", String(2), nullable=False),  # P1 | P2 | P3
+    Column("task_type", String(64), nullable=False),
+    Column("queue", String(64), nullable=False),
+    Column("caller", String(128), nullable=False),
+    Column("error_code", String(64), nullable=True),
+    Column("failure_stage", String(64), nullable=True),
+    Column("message", Text, nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("opened_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("history", JSON, nullable=False),  # [{action, operator, reason, at}]: acknowledge, redrive, resolve
+)
+Index("ix_dead_letters_status", dead_letters.c.status, dead_letters.c.opened_at)
+
+# owner: hearth.tasks.callbacks — one row per task whose terminal state is to be POSTed to its callback_url
+callback_deliveries = Table(
+    "callback_deliveries", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("task_id", String(40), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # pending | delivering | delivered | gave_up
+    Column("task_state", String(16), nullable=False),  # the terminal state it announces
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_at", Float, nullable=False),
+    Column("lease_until", Float, nullable=True),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float, nullable=True),
+)
+Index("ix_callback_deliveries_due", callback_deliveries.c.state, callback_deliveries.c.next_at)
+Index("ix_callback_deliveries_task", callback_deliveries.c.task_id)

@@ -1,0 +1,205 @@
+"""The queue is the ``tasks`` table: enqueue is an INSERT, a claim is an UPDATE of ``queued`` rows.
+
+* **Enqueue** (:func:`enqueue`) inserts the tasks and their first events in the caller's transaction and,
+  on PostgreSQL, sends ``NOTIFY hearth_tasks, '<queue>'`` (delivered at commit), so a task is queued
+  exactly when it is saved. Depth is bounded per queue and per fair key (user, else tenant, else caller);
+  the check and the insert hold the queue's advisory lock, so parallel submissions cannot overshoot.
+* **Fairness** is round-robin by virtual time: each fair key's next task gets
+  ``fair_seq = max(its last pending fair_seq + 1, now × FAIR_RATE)``, and claims take the lowest
+  ``fair_seq`` first (after priority). A user who queues 500 tasks at once spreads them over 50 s of
+  virtual time; another user's single task, queued a second later, sorts after only ten of them.
+* **Claim** (:func:`claim`) takes at most the number of free slots (no prefetch), priority then fair
+  position then FIFO, with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL (workers never wait for each other);
+  SQLite serialises writers, so the same statement without locking clauses has the same contract.
+* **Leases**: a claim sets ``lease_until``; :func:`heartbeat` extends the leases a worker still holds
+  and tells it which of its tasks were cancelled; :func:`expired` finds the tasks whose worker stopped
+  renewing, for the reaper.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import JSON, func, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hearth.errors import HearthError
+from hearth.store.tables import task_events, tasks
+from hearth.tasks.transitions import record_events, state_event
+
+NOTIFY_CHANNEL = "hearth_tasks"
+CANCEL_CHANNEL = "hearth_task_cancel"
+FAIR_RATE = 10.0  # virtual-time units per second: the pace at which one fair key's backlog counts as "due"
+LOW_PRIORITY = 0  # tasks below this priority are refused first when a queue passes its watermark
+
+CLAIMED = ("id", "task_type", "queue", "attempt", "max_attempts", "payload", "caller", "tenant", "end_user",
+           "request_id", "priority", "callback_url", "repeat_safe", "started_at")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Bounds of one queue (seed 004 overflow policy): depth, per fair key, low-priority watermark."""
+
+    max_depth: int = 100_000
+    max_per_key: int = 10_000
+    low_priority_watermark: float = 0.8  # share of max_depth above which priority < 0 is refused
+
+
+def fair_key(caller: str, tenant: str | None, end_user: str | None) -> str:
+    if end_user:
+        return f"u:{caller}:{end_user}"
+    if tenant:
+        return f"t:{caller}:{tenant}"
+    return f"c:{caller}"
+
+
+async def enqueue(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: float,
+                  limits: Mapping[str, QueueLimits]) -> None:
+    """Insert new task rows (each already complete but for ``fair_seq``) and their first events.
+
+    Raises ``queue_full`` (429, with the queue and the bound in ``details``) and writes nothing if any
+    queue or fair key would go past its bound.
+    """
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_queue.setdefault(row["queue"], []).append(row)
+    for queue in sorted(by_queue):
+        await _lock_queue(conn, queue)
+        await _admit(conn, queue, by_queue[queue], now=now, limits=limits.get(queue, QueueLimits()))
+    await conn.execute(tasks.insert(), list(rows))
+    await record_events(conn, [state_event(r["id"], r["state"], attempt=0, now=now) for r in rows])
+    if conn.dialect.name == "postgresql":
+        for queue in by_queue:
+            await conn.execute(text("SELECT pg_notify(:channel, :queue)"), {"channel": NOTIFY_CHANNEL, "queue": queue})
+
+
+async def _lock_queue(conn: AsyncConnection, queue: str) -> None:
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"),
+                           {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31})
+
+
+async def _admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *, now: float,
+                 limits: QueueLimits) -> None:
+    pending = tasks.c.state.in_(("queued", "waiting"))
+    depth = (await conn.execute(select(func.count()).select_from(tasks)
+                                .where(tasks.c.queue == queue, pending))).scalar_one()
+    if depth + len(rows) > limits.max_depth:
+        raise _full(queue, "queue", depth=depth, limit=limits.max_depth)
+    if depth + len(rows) > limits.low_priority_watermark * limits.max_depth and \
+            any(r["priority"] < LOW_PRIORITY for r in rows):
+        raise _full(queue, "low_priority_throttled", depth=depth,
+                    limit=int(limits.low_priority_watermark * limits.max_depth))
+    keys = sorted({r["fair_key"] for r in rows})
+    last: dict[str, tuple[int, int]] = {}
+    for chunk in _chunks(keys, 500):
+        stmt = (select(tasks.c.fair_key, func.count(), func.max(tasks.c.fair_seq))
+                .where(tasks.c.queue == queue, pending, tasks.c.fair_key.in_(chunk)).group_by(tasks.c.fair_key))
+        last.update({k: (n, m) for k, n, m in (await conn.execute(stmt)).all()})
+    base = int(now * FAIR_RATE)
+    added: dict[str, int] = {}
+    for row in rows:
+        key = row["fair_key"]
+        count, seq = last.get(key, (0, base - 1))
+        added[key] = added.get(key, 0) + 1
+        if count + added[key] > limits.max_per_key:
+            raise _full(queue, "per_user", depth=count, limit=limits.max_per_key)
+        seq = max(seq + 1, base)
+        row["fair_seq"] = seq
+        last[key] = (count, seq)
+
+
+def _full(queue: str, bound: str, *, depth: int, limit: int) -> HearthError:
+    what = {"queue": "The queue is full", "per_user": "This user (or tenant) has as many tasks queued as allowed",
+            "low_priority_throttled": "The queue is above its watermark; low-priority tasks are refused"}[bound]
+    return HearthError("queue_full", f"{what} ({queue}: {depth} pending, limit {limit}); retry later.",
+                       details={"queue": queue, "bound": bound, "pending": depth, "limit": limit}, retry_after=5.0)
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limit: int, worker: str, now: float,
+                lease_s: float) -> Sequence[Mapping[Any, Any]]:
+    """Move up to ``limit`` due tasks of ``queue`` (of the given types) to ``running`` for ``worker``."""
+    if limit <= 0 or not types:
+        return []
+    params = {"queue": queue, "types": list(types), "n": limit, "worker": worker, "now": now,
+              "lease": now + lease_s}
+    sets = ("state = 'running', attempt = attempt + 1, worker = :worker, lease_until = :lease, "
+            "started_at = :now, updated_at = :now")
+    order = "ORDER BY priority DESC, fair_seq, created_at, id LIMIT :n"
+    if conn.dialect.name == "postgresql":
+        sql = (f"WITH picked AS (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued' AND run_after <= :now"
+               f" AND task_type = ANY(:types) {order} FOR UPDATE SKIP LOCKED) "
+               f"UPDATE tasks AS t SET {sets.replace('attempt + 1', 't.attempt + 1')} FROM picked "
+               f"WHERE t.id = picked.id RETURNING {', '.join('t.' + c for c in CLAIMED)}")
+        rows = (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
+    else:
+        marks = ", ".join(f":t{i}" for i in range(len(types)))
+        params.update({f"t{i}": t for i, t in enumerate(types)})
+        sql = (f"UPDATE tasks SET {sets} WHERE id IN (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued'"
+               f" AND run_after <= :now AND task_type IN ({marks}) {order}) RETURNING {', '.join(CLAIMED)}")
+        rows = (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
+    await record_events(conn, [state_event(r["id"], "running", attempt=r["attempt"], now=now,
+                                           detail={"worker": worker}) for r in rows])
+    return rows
+
+
+async def heartbeat(conn: AsyncConnection, *, worker: str, held: Sequence[str], now: float,
+                    lease_s: float) -> dict[str, tuple[int, bool]]:
+    """Extend the leases ``worker`` still holds; {task id: (attempt, cancel requested)} for each."""
+    out: dict[str, tuple[int, bool]] = {}
+    for chunk in _chunks(list(held), 1000):
+        stmt = (update(tasks).where(tasks.c.worker == worker, tasks.c.state == "running", tasks.c.id.in_(chunk))
+                .values(lease_until=now + lease_s).returning(tasks.c.id, tasks.c.attempt, tasks.c.cancel_requested))
+        out.update({r[0]: (r[1], bool(r[2])) for r in (await conn.execute(stmt)).all()})
+    return out
+
+
+async def expired(conn: AsyncConnection, *, now: float, limit: int = 500) -> Sequence[Mapping[Any, Any]]:
+    """Running tasks whose lease ran out (their worker died or froze), oldest first, locked on PostgreSQL."""
+    stmt = (select(tasks.c.id, tasks.c.attempt, tasks.c.max_attempts, tasks.c.repeat_safe, tasks.c.worker,
+                   tasks.c.started_at, tasks.c.current_step, tasks.c.task_type)
+            .where(tasks.c.state == "running", tasks.c.lease_until < now).order_by(tasks.c.lease_until).limit(limit))
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    return (await conn.execute(stmt)).mappings().all()
+
+
+async def due_waiting(conn: AsyncConnection, *, now: float, limit: int = 1000) -> Sequence[Mapping[Any, Any]]:
+    """``waiting`` tasks whose ``run_after`` has come (to be moved to ``queued``)."""
+    stmt = (select(tasks.c.id, tasks.c.queue).where(tasks.c.state == "waiting", tasks.c.run_after <= now)
+            .order_by(tasks.c.run_after).limit(limit))
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(skip_locked=True)
+    return (await conn.execute(stmt)).mappings().all()
+
+
+async def notify(conn: AsyncConnection, queues: Sequence[str]) -> None:
+    if conn.dialect.name == "postgresql":
+        for queue in sorted(set(queues)):
+            await conn.execute(text("SELECT pg_notify(:channel, :queue)"), {"channel": NOTIFY_CHANNEL, "queue": queue})
+
+
+async def report_progress(conn: AsyncConnection, reports: Sequence[tuple[str, int, int | None, str | None]], *,
+                          now: float) -> None:
+    """Write progress reports (task id, attempt, percent, step) of running attempts; events for each written."""
+    events = []
+    for task_id, attempt, percent, step in reports:
+        values: dict[str, Any] = {"updated_at": now}
+        if percent is not None:
+            values["progress"] = percent
+        if step is not None:
+            values["current_step"] = step
+        stmt = (update(tasks).where(tasks.c.id == task_id, tasks.c.attempt == attempt, tasks.c.state == "running")
+                .values(**values))
+        if (await conn.execute(stmt)).rowcount:
+            events.append({"task_id": task_id, "at": now, "kind": "progress", "state": "running",
+                           "attempt": attempt, "progress": percent, "step": step, "detail": None})
+    if events:
+        await conn.execute(task_events.insert(), events)

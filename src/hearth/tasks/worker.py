@@ -1,0 +1,403 @@
+"""The worker: claims tasks for its free slots, runs their handlers, writes outcomes fenced by attempt.
+
+One :class:`Worker` per process serves several queues, each with its own concurrency (a queue of
+IO-bound model calls high, CPU-bound parsing low). Per queue, one loop runs *cycles*: a cycle is one
+database transaction that writes the progress reports and outcomes gathered since the last cycle and
+claims as many tasks as there are free slots — so when the worker is busy, claims and completions are
+batched, and when it is idle a lone completion is written at once. A cycle is started by a finished
+task, a progress report, a notification (:mod:`hearth.tasks.notify`) or the poll timer.
+
+Leases: a claim leases a task for ``lease_s``; the heartbeat loop renews every held lease every
+``heartbeat_s`` (at most a third of the lease, checked at start) and learns which tasks were cancelled;
+a task the heartbeat no longer holds (another attempt owns it) is stopped and its result discarded.
+The reaper loop — in every worker, they never block each other — requeues tasks whose lease expired,
+fails them once out of attempts, and holds them for an operator when their type is not safe to repeat.
+It also moves ``waiting`` tasks whose time has come to ``queued``.
+
+Shutdown (:meth:`Worker.stop`) stops claiming, lets running tasks finish for ``grace_s``, then hands the
+rest back (``queued`` again, or ``hold`` when not safe to repeat) before the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hearth.clock import SYSTEM_CLOCK, Clock
+from hearth.errors import HearthError
+from hearth.ids import new_id
+from hearth.observability.logging import get_logger
+from hearth.store.db import write_transaction
+from hearth.tasks import queue as task_queue
+from hearth.tasks.notify import PgListener, Wakeups
+from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, decide
+from hearth.tasks.terminal import TerminalRules, after_moves
+from hearth.tasks.transitions import AttemptEnd, Move, apply
+from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRecord, TaskType, TaskTypes
+
+log = get_logger("hearth.tasks.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    queues: Mapping[str, int]  # queue name → concurrency
+    lease_s: float = 9.0
+    heartbeat_s: float = 3.0
+    poll_s: float = 1.0
+    reap_s: float = 1.0
+    grace_s: float = 10.0
+    rules: TerminalRules = field(default_factory=TerminalRules)
+    default_retry: RetryPolicy = DEFAULT_POLICY
+    worker_id: str = ""
+
+    def check(self) -> None:
+        if self.heartbeat_s > self.lease_s / 3:
+            raise SystemExit(f"task heartbeat ({self.heartbeat_s:g} s) must be at most a third of the lease "
+                             f"({self.lease_s:g} s): a worker that misses two heartbeats would lose its tasks")
+        for name, n in self.queues.items():
+            if n < 1:
+                raise SystemExit(f"queue {name!r}: concurrency must be at least 1")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()[:64]}:{os.getpid()}:{new_id()[-6:]}"
+
+
+@dataclass(slots=True)
+class _Running:
+    ctx: TaskContext
+    task: asyncio.Task[None]
+    started_at: float
+    repeat_safe: bool
+    claimed_at: float  # loop time: a heartbeat begun before the claim does not know the task yet
+    handing_back: bool = False
+
+
+class Worker:
+    def __init__(self, engine: AsyncEngine, types: TaskTypes, services: Any, config: WorkerConfig, *,
+                 wakeups: Wakeups | None = None, clock: Clock = SYSTEM_CLOCK, database_url: str | None = None) -> None:
+        config.check()
+        self.engine = engine
+        self.types = types
+        self.services = services
+        self.config = config
+        self.id = config.worker_id or default_worker_id()
+        self.clock = clock
+        self.wakeups = wakeups or Wakeups()
+        self._listener = (PgListener(database_url, self.wakeups)
+                          if database_url and engine.dialect.name == "postgresql" else None)
+        by_queue = types.on_queues(config.queues)
+        self.runners = {q: _QueueRunner(self, q, n, by_queue[q]) for q, n in config.queues.items()}
+        self._loops: list[asyncio.Task[None]] = []
+        self.wakeups.on_cancel(self._cancel_requested)
+
+    async def start(self) -> None:
+        if self._listener is not None:
+            self._listener.start()
+        for runner in self.runners.values():
+            runner.start()
+        self._loops.append(asyncio.create_task(self._heartbeats(), name="task-heartbeat"))
+        self._loops.append(asyncio.create_task(self._reaper(), name="task-reaper"))
+        log.info("worker_started", worker=self.id, queues=dict(self.config.queues))
+
+    @property
+    def running(self) -> int:
+        return sum(len(r.running) for r in self.runners.values())
+
+    async def stop(self) -> None:
+        """Stop claiming, wait up to ``grace_s`` for running tasks, hand back the rest, stop the loops."""
+        for runner in self.runners.values():
+            runner.claiming = False
+        running = [r.task for runner in self.runners.values() for r in runner.running.values()]
+        if running:
+            await asyncio.wait(running, timeout=self.config.grace_s)
+        for runner in self.runners.values():
+            await runner.hand_back()
+        for runner in self.runners.values():
+            await runner.stop()
+        for task in self._loops:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._listener is not None:
+            await self._listener.stop()
+        log.info("worker_stopped", worker=self.id)
+
+    def _cancel_requested(self, task_id: str) -> None:
+        for runner in self.runners.values():
+            held = runner.running.get(task_id)
+            if held is not None:
+                held.ctx.cancel()
+
+    async def _heartbeats(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.heartbeat_s)
+            began = loop.time()
+            held = {tid: (runner, r) for runner in self.runners.values() for tid, r in runner.running.items()
+                    if not r.handing_back}
+            if not held:
+                continue
+            try:
+                async with write_transaction(self.engine) as conn:
+                    alive = await task_queue.heartbeat(conn, worker=self.id, held=list(held),
+                                                       now=self.clock.now(), lease_s=self.config.lease_s)
+            except Exception as exc:
+                log.warning("task_heartbeat_failed", worker=self.id, error=type(exc).__name__, tasks=len(held))
+                continue
+            for tid, (runner, r) in held.items():
+                state = alive.get(tid)
+                if state is None or state[0] != r.ctx.task.attempt:
+                    if r.claimed_at < began and runner.running.get(tid) is r:
+                        log.warning("task_lease_lost", task_id=tid, attempt=r.ctx.task.attempt, worker=self.id)
+                        r.ctx.lose_lease()
+                        r.task.cancel()
+                elif state[1]:
+                    r.ctx.cancel()
+
+    async def _reaper(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reap_s)
+            try:
+                await self.reap_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("task_reaper_failed", worker=self.id, error=type(exc).__name__)
+
+    async def reap_once(self) -> int:
+        """Promote due ``waiting`` tasks and settle expired leases; how many tasks were moved."""
+        async with write_transaction(self.engine) as conn:
+            now = self.clock.now()
+            due = await task_queue.due_waiting(conn, now=now)
+            moves = [Move(r["id"], "queued", detail={"reason": "run_after_reached"}) for r in due]
+            queues = [r["queue"] for r in due]
+            for r in await task_queue.expired(conn, now=now):
+                moves.append(_expired_move(r, now=now))
+            if not moves:
+                return 0
+            moved = await apply(conn, moves, now=now)
+            await after_moves(conn, moved, now=now, rules=self.config.rules)
+            requeued = [m.row["queue"] for m in moved if m.move.to == "queued"]
+            await task_queue.notify(conn, queues + requeued)
+        for q in set(queues + requeued):
+            self.wakeups.poke(q)
+        lost = [m for m in moved if m.move.ended is not None]
+        if lost:
+            log.warning("task_leases_expired", tasks=len(lost), requeued=sum(m.move.to == "queued" for m in lost),
+                        held=sum(m.move.to == "hold" for m in lost), failed=sum(m.move.to == "failed" for m in lost))
+        return len(moved)
+
+
+def _expired_move(r: Mapping[Any, Any], *, now: float) -> Move:
+    end = AttemptEnd("lease_expired", r["worker"], r["started_at"] or now, error_code="worker_lost",
+                     error_message="the worker stopped renewing its lease")
+    detail = {"reason": "lease_expired", "worker": r["worker"]}
+    if not r["repeat_safe"]:
+        return Move(r["id"], "hold", r["attempt"], ended=end, detail=detail, values={
+            "lease_until": None, "worker": None,
+            "hold_reason": (f"attempt {r['attempt']} was running on {r['worker']} when that worker stopped "
+                            f"(step {r['current_step'] or 'unknown'}); {r['task_type']} is not safe to repeat "
+                            "blindly, so an operator must check the upstream and release or finish the task")})
+    if r["attempt"] >= r["max_attempts"]:
+        return Move(r["id"], "failed", r["attempt"], ended=end, detail=detail, values={
+            "lease_until": None, "finished_at": now, "error_code": "worker_lost",
+            "failure_stage": r["current_step"] or "running",
+            "error": {"code": "worker_lost", "message": "The worker running the task stopped answering, and the "
+                      "task has no attempts left.", "details": {"attempts": r["attempt"]}}})
+    return Move(r["id"], "queued", r["attempt"], ended=end, detail=detail,
+                values={"lease_until": None, "worker": None, "run_after": now})
+
+
+class _QueueRunner:
+    def __init__(self, worker: Worker, queue: str, concurrency: int, types: list[str]) -> None:
+        self.worker = worker
+        self.queue = queue
+        self.concurrency = concurrency
+        self.types = types
+        self.running: dict[str, _Running] = {}
+        self.claiming = True
+        self._done: list[Move] = []
+        self._progress: dict[str, TaskContext] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self.wake = worker.wakeups.subscribe(queue)
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop(), name=f"task-queue-{self.queue}")
+
+    async def stop(self) -> None:
+        await self._flush_final()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        self.worker.wakeups.unsubscribe(self.queue, self.wake)
+
+    async def _loop(self) -> None:
+        delay = 0.05
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.worker.config.poll_s)
+            self.wake.clear()
+            try:
+                if await self.cycle():
+                    self.wake.set()
+                delay = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("task_cycle_failed", queue=self.queue, error=type(exc).__name__,
+                            retry_in_s=round(delay, 2), pending_outcomes=len(self._done))
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+                self.wake.set()
+
+    async def cycle(self) -> bool:
+        """One transaction: write gathered outcomes and progress, claim for the free slots. More to do?"""
+        done, self._done = self._done, []
+        progress, self._progress = self._progress, {}
+        free = self.concurrency - len(self.running) if self.claiming and self.types else 0
+        if not done and not progress and free <= 0:
+            return False
+        w = self.worker
+        try:
+            async with write_transaction(w.engine) as conn:
+                now = w.clock.now()
+                if progress:
+                    await task_queue.report_progress(conn, [(c.task.id, c.task.attempt, c.percent, c.step)
+                                                            for c in progress.values()], now=now)
+                if done:
+                    moved = await apply(conn, done, now=now)
+                    await after_moves(conn, moved, now=now, rules=w.config.rules)
+                    if any(m.move.to == "queued" for m in moved):
+                        await task_queue.notify(conn, [self.queue])
+                claimed = (await task_queue.claim(conn, queue=self.queue, types=self.types, limit=free,
+                                                  worker=w.id, now=now, lease_s=w.config.lease_s)
+                           if free > 0 else [])
+        except BaseException:
+            self._done = done + self._done
+            self._progress = {**progress, **self._progress}
+            raise
+        for row in claimed:
+            self._spawn(row)
+        return bool(self._done or self._progress) or (free > 0 and len(claimed) == free)
+
+    def _spawn(self, row: Mapping[Any, Any]) -> None:
+        w = self.worker
+        ttype = w.types.get(row["task_type"])
+        assert ttype is not None  # claims name only the types this runner has
+        record = TaskRecord(id=row["id"], task_type=row["task_type"], queue=row["queue"], attempt=row["attempt"],
+                            max_attempts=row["max_attempts"], payload=row["payload"], caller=row["caller"],
+                            tenant=row["tenant"], end_user=row["end_user"], request_id=row["request_id"],
+                            priority=row["priority"], callback_url=row["callback_url"])
+        loop = asyncio.get_running_loop()
+        soft = loop.time() + ttype.soft_time_limit_s if ttype.soft_time_limit_s else None
+        ctx = TaskContext(record, w.services, report=self._report, soft_deadline=soft,
+                          soft_limit_s=ttype.soft_time_limit_s)
+        task = asyncio.create_task(self._execute(ctx, ttype, started_at=row["started_at"]),
+                                   name=f"task-{record.id}")
+        self.running[record.id] = _Running(ctx, task, row["started_at"], bool(row["repeat_safe"]), loop.time())
+
+    def _report(self, ctx: TaskContext) -> None:
+        self._progress[ctx.task.id] = ctx
+        self.wake.set()
+
+    async def _execute(self, ctx: TaskContext, ttype: TaskType, *, started_at: float) -> None:
+        move: Move | None = None
+        try:
+            ctx.check_cancel()
+            async with asyncio.timeout(ttype.time_limit_s):
+                result = await ttype.handler(ctx)
+            ctx.check_cancel()  # cancelled while the last call ran: its result is discarded
+            move = self._succeeded(ctx, result, started_at=started_at)
+        except TaskCancelled:
+            move = self._killed(ctx, started_at=started_at)
+        except TaskLeaseLost:
+            move = None
+        except asyncio.CancelledError:
+            held = self.running.get(ctx.task.id)
+            move = self._handed_back(ctx, held, started_at=started_at) if held and held.handing_back else None
+        except TimeoutError:
+            move = self._failed_or_retried(ctx, ttype, HearthError(
+                "task_time_limit", f"The task ran past its time limit of {ttype.time_limit_s:g} s and was stopped."),
+                started_at=started_at)
+        except Exception as exc:
+            if not isinstance(exc, HearthError):
+                log.error("task_handler_crashed", task_id=ctx.task.id, task_type=ctx.task.task_type,
+                          error=type(exc).__name__)
+            move = self._failed_or_retried(ctx, ttype, exc, started_at=started_at)
+        finally:
+            self.running.pop(ctx.task.id, None)
+            if move is not None:
+                self._done.append(move)
+            self.wake.set()
+
+    def _end(self, ctx: TaskContext, outcome: str, started_at: float, error: HearthError | None = None) -> AttemptEnd:
+        return AttemptEnd(outcome, self.worker.id, started_at, error_code=error.code if error else None,
+                          error_message=error.message if error else None)
+
+    def _succeeded(self, ctx: TaskContext, result: dict[str, Any] | None, *, started_at: float) -> Move:
+        return Move(ctx.task.id, "succeeded", ctx.task.attempt, ended=self._end(ctx, "succeeded", started_at), values={
+            "result": result if result is not None else {}, "progress": 100, "finished_at": self.worker.clock.now(),
+            "lease_until": None, "current_step": ctx.step, "versions": ctx.versions or None, "error": None,
+            "error_code": None})
+
+    def _killed(self, ctx: TaskContext, *, started_at: float) -> Move:
+        err = HearthError("task_cancelled")
+        return Move(ctx.task.id, "killed", ctx.task.attempt, ended=self._end(ctx, "killed", started_at, err), values={
+            "finished_at": self.worker.clock.now(), "lease_until": None, "error_code": err.code,
+            "error": {"code": err.code, "message": "The task was cancelled; a result that arrived afterwards was "
+                      "discarded.", "details": {}}})
+
+    def _handed_back(self, ctx: TaskContext, held: _Running, *, started_at: float) -> Move:
+        end = self._end(ctx, "handed_back", started_at)
+        if not held.repeat_safe:
+            return Move(ctx.task.id, "hold", ctx.task.attempt, ended=end, values={
+                "lease_until": None, "worker": None,
+                "hold_reason": f"the worker shut down during attempt {ctx.task.attempt} (step {ctx.step or 'unknown'})"
+                               f"; {ctx.task.task_type} is not safe to repeat blindly"})
+        return Move(ctx.task.id, "queued", ctx.task.attempt, ended=end, detail={"reason": "worker_shutdown"},
+                    values={"lease_until": None, "worker": None, "run_after": self.worker.clock.now()})
+
+    def _failed_or_retried(self, ctx: TaskContext, ttype: TaskType, exc: BaseException, *, started_at: float) -> Move:
+        error = exc if isinstance(exc, HearthError) else HearthError("internal_error", "The task handler failed.",
+                                                                     details={"exception": type(exc).__name__})
+        policy = ttype.retry or self.worker.config.default_retry
+        decision = decide(error, attempt=ctx.task.attempt, max_attempts=ctx.task.max_attempts, policy=policy)
+        body = {"code": error.code, "message": error.message, "details": error.details}
+        now = self.worker.clock.now()
+        if decision.verdict == "fail":
+            return Move(ctx.task.id, "failed", ctx.task.attempt, ended=self._end(ctx, "failed", started_at, error),
+                        detail={"retry_class": decision.reason}, values={
+                            "finished_at": now, "lease_until": None, "error": body, "error_code": error.code,
+                            "failure_stage": ctx.step or "running", "versions": ctx.versions or None})
+        values: dict[str, Any] = {"run_after": now + decision.delay_s, "lease_until": None, "worker": None,
+                                  "error": body, "error_code": error.code}
+        if decision.verdict == "retry_uncounted":
+            values["max_attempts"] = ctx.task.max_attempts + 1
+        return Move(ctx.task.id, "queued", ctx.task.attempt, ended=self._end(ctx, "retry", started_at, error),
+                    detail={"retry_class": decision.reason, "retry_in_s": round(decision.delay_s, 3)}, values=values)
+
+    async def hand_back(self) -> None:
+        for r in list(self.running.values()):
+            r.handing_back = True
+            r.task.cancel()
+        if self.running:
+            await asyncio.gather(*(r.task for r in list(self.running.values())), return_exceptions=True)
+
+    async def _flush_final(self) -> None:
+        for _ in range(20):
+            if not self._done and not self._progress:
+                return
+            try:
+                await self.cycle()
+            except Exception as exc:
+                log.warning("task_final_flush_failed", queue=self.queue, error=type(exc).__name__)
+                await asyncio.sleep(0.25)
