@@ -15,7 +15,19 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from hearth import __version__
-from hearth.api import admin, ai, budgets, callers_admin, health, model_registry, openai, prompts, request_logs
+from hearth.api import (
+    admin,
+    ai,
+    budgets,
+    callers_admin,
+    dead_letters,
+    health,
+    model_registry,
+    openai,
+    prompts,
+    request_logs,
+    tasks,
+)
 from hearth.api.direct_routes import DirectRoutes
 from hearth.api.error_handlers import install_error_handlers
 from hearth.observability.logging import configure_logging, get_logger
@@ -54,6 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(prompts.router)
     app.include_router(ai.router)
     app.include_router(model_registry.router)
+    app.include_router(tasks.router)
+    app.include_router(dead_letters.router)
     return app
 
 

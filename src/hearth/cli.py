@@ -84,6 +84,45 @@ def _migrate_database(settings: Settings) -> None:
 
 
 @app.command()
+def worker(
+    queues: Annotated[str | None, typer.Option("-q", "--queues", help="comma-separated queues (default: every queue "
+                                               "of HEARTH_TASK_QUEUES)")] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", min=1, help="tasks run at once per queue "
+                                                    "(default: each queue's from HEARTH_TASK_QUEUES)")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML config (else HEARTH_CONFIG)")] = None,
+) -> None:
+    """Run tasks: claim from the queues, run, record; stops gracefully on SIGTERM or Ctrl-C (docs/tasks.md)."""
+    from hearth.observability.logging import configure_logging
+
+    settings = _settings(config)
+    configure_logging(settings.log_level)
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else list(settings.task_queues)
+    if not names:
+        raise typer.BadParameter("no queue to serve", param_hint="--queues")
+    plan = {q: concurrency or settings.task_queues.get(q, 8) for q in names}
+    settings = settings.model_copy(update={"embedded_worker": True, "task_queues": plan})
+    asyncio.run(_run_worker(settings))
+
+
+async def _run_worker(settings: Settings) -> None:
+    import signal
+
+    from hearth.runtime import start_runtime
+
+    rt = await start_runtime(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    typer.echo(f"hearth worker {rt.tasks.worker.id if rt.tasks.worker else ''} serving "
+               f"{', '.join(f'{q}={n}' for q, n in settings.task_queues.items())}", err=True)
+    try:
+        await stop.wait()
+    finally:
+        await rt.stop()
+
+
+@app.command()
 def migrate(config: Annotated[Path | None, typer.Option()] = None) -> None:
     """Apply database migrations and exit."""
     _migrate_database(_settings(config))

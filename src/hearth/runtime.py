@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import importlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,6 +147,20 @@ class Runtime:
         await self.engine.dispose()
 
 
+def task_types(settings: Settings) -> TaskTypes:
+    """The capability tasks, plus those registered by each of ``task_modules`` (``module:function``)."""
+    types = TaskTypes()
+    register_capability_tasks(types)
+    for spec in settings.task_modules:
+        module, _, function = spec.partition(":")
+        try:
+            register = getattr(importlib.import_module(module), function or "register")
+        except (ImportError, AttributeError) as exc:
+            raise SystemExit(f"task_modules: cannot load {spec!r} ({type(exc).__name__}: {exc})") from exc
+        register(types)
+    return types
+
+
 def source_limits(settings: Settings) -> SourceLimits:
     return SourceLimits(file_root=settings.file_root, max_bytes=settings.file_max_bytes,
                         timeout_s=settings.file_url_timeout_s, url_allow=tuple(settings.file_url_allow))
@@ -206,8 +221,7 @@ async def start_runtime(settings: Settings) -> Runtime:
     gateway_box.append(gateway)
     prompts = PromptCatalog(engine)
     await prompts.load()
-    types = TaskTypes()
-    register_capability_tasks(types)
+    types = task_types(settings)
     services = CapabilityServices(gateway=gateway, prompts=prompts, session=session, limits=source_limits(settings),
                                   offline_fallback=settings.offline_fallback)
     tasks = build_task_engine(settings, engine, types, services, session=session, run_worker=settings.embedded_worker)

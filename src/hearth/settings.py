@@ -108,6 +108,9 @@ class Settings(BaseSettings):
         description="queue name → a worker's concurrency on it (`ai.default=32,ai.summary=16` in the environment)")
     embedded_worker: bool = Field(default=True, description="`hearth serve` also runs a worker on every queue of "
                                   "`task_queues` (turn off when separate `hearth worker` processes run them)")
+    task_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="extra task types: `package.module:function` callables given the "
+        "process's TaskTypes to register into (comma-separated in the environment)")
     task_lease_s: float = Field(default=9.0, gt=0, description="how long a claimed task stays a worker's without a "
                                 "heartbeat; a dead worker's tasks run again after at most this plus `task_reap_s`")
     task_heartbeat_s: float = Field(default=3.0, gt=0, description="how often a worker renews its leases (at most a "
@@ -159,7 +162,7 @@ class Settings(BaseSettings):
             return {name.strip(): int(n) if n.strip() else 1 for name, _, n in pairs}
         return value
 
-    @field_validator("cors_origins", "file_url_allow", "callback_url_allow", mode="before")
+    @field_validator("cors_origins", "file_url_allow", "callback_url_allow", "task_modules", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -40,14 +40,21 @@ async def authenticate_caller(request: Request) -> Caller:
     caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
     pending = await check_signature(caller, request.scope, b"", rt.settings,
                                     not_before=getattr(rt.state, "lost_at", None))
-    if pending is not None:
-        try:
-            fresh = await rt.state.claim_once(*pending)
-        except StateUnavailable as exc:
-            raise HearthError("state_backend_unavailable", retry_after=2) from exc
-        if not fresh:
-            raise HearthError("nonce_replayed", "This X-Nonce was already used.")
+    await claim_nonce(request, pending)
     return caller
+
+
+async def claim_nonce(request: Request, pending: PendingNonce | None) -> None:
+    """Claim a signed request's nonce now, on a route with no admission step to claim it in; a nonce seen
+    before is 401 ``nonce_replayed``, the state backend being down 503 (fail closed)."""
+    if pending is None:
+        return
+    try:
+        fresh = await runtime(request).state.claim_once(*pending)
+    except StateUnavailable as exc:
+        raise HearthError("state_backend_unavailable", retry_after=2) from exc
+    if not fresh:
+        raise HearthError("nonce_replayed", "This X-Nonce was already used.")
 
 
 async def authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNonce | None]:
