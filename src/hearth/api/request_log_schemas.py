@@ -58,6 +58,7 @@ class RequestLogItem(BaseModel):
                                               "injection rule, moderation matches), never a raw value")
     degraded: bool | None = Field(default=None, description="answered by the offline engine")
     cache_hit: bool | None = None
+    task_id: str | None = Field(default=None, description="the task this call ran for")
 
 
 class RequestLogPage(BaseModel):

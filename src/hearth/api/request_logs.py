@@ -28,12 +28,13 @@ async def list_request_logs(
     request_id: str | None = None,
     route: str | None = None,
     end_user: str | None = None,
+    task_id: str | None = Query(default=None, description="the rows of one task's model calls"),
     since: datetime | None = Query(default=None, description="ISO-8601, inclusive"),
     until: datetime | None = Query(default=None, description="ISO-8601, exclusive"),
     limit: int = Query(default=50, ge=1, le=500),
     offset: int = Query(default=0, ge=0),
 ) -> Response:
     filters = {"caller": caller, "model": model, "endpoint": endpoint, "status": status, "error_code": error_code,
-               "request_id": request_id, "route": route, "end_user": end_user}
+               "request_id": request_id, "route": route, "end_user": end_user, "task_id": task_id}
     total, items = await query_request_logs(runtime(request).engine, filters, since, until, limit=limit, offset=offset)
     return ok(request, {"total": total, "limit": limit, "offset": offset, "items": items})

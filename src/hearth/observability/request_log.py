@@ -286,7 +286,7 @@ class RequestLogWriter:
 
 
 _FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id", "route", "end_user", "tenant",
-            "scene")
+            "scene", "task_id")
 
 
 async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since: datetime | None,
