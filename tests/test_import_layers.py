@@ -38,7 +38,8 @@ LAYERS: list[tuple[str, ...]] = [
     # providers → endpoints → models, scenes, callers (the hot-path snapshot); versioned prompts and roles
     ("hearth.registry", "hearth.prompts"),
     ("hearth.observability", "hearth.state"),  # request-log writer; state backends (memory | Redis)
-    ("hearth.store", "hearth.wire"),  # the database; wire formats (SSE, token estimates)
+    # the database; wire formats (SSE, token estimates); a body checked against a pydantic model (400 otherwise)
+    ("hearth.store", "hearth.wire", "hearth.validation"),
 ]
 
 # Imported from anywhere, importing nothing of Hearth above it (they import only each other).
@@ -51,7 +52,6 @@ FOUNDATION: tuple[str, ...] = (
     "hearth.ids",
     "hearth.settings",
     "hearth.observability.logging",
-    "hearth.validation",  # a body checked against a pydantic model, 400 otherwise (every face, the task engine)
 )
 
 # The call core knows nothing of HTTP serving: status codes, headers and responses are api/'s business.

@@ -105,6 +105,8 @@ CATALOG: dict[str, ErrorSpec] = {
     # upstream
     "upstream_rate_limited": ErrorSpec(429, True, "rate_limit_error", "The upstream provider is rate limiting."),
     "upstream_error": ErrorSpec(502, True, "api_error", "The upstream provider failed."),
+    "upstream_bad_request": ErrorSpec(400, False, "invalid_request_error",
+                                      "The upstream provider refused the request as invalid."),
     "upstream_timeout": ErrorSpec(504, True, "api_error", "The upstream provider did not answer in time."),
     "upstream_stream_interrupted": ErrorSpec(502, True, "api_error", "The upstream stream ended unexpectedly."),
     "deadline_exceeded": ErrorSpec(504, True, "api_error", "The call's deadline passed."),

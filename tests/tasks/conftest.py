@@ -44,10 +44,10 @@ class Harness:
         self.workers.append(worker)
         return worker
 
-    async def wait_terminal(self, ids: list[str], timeout: float = 20.0) -> dict[str, Any]:
-        """Every task's row once all are terminal (fails the test after ``timeout``)."""
+    async def wait_terminal(self, ids: list[str], within_s: float = 20.0) -> dict[str, Any]:
+        """Every task's row once all are terminal (fails the test after ``within_s``)."""
         loop = asyncio.get_running_loop()
-        until = loop.time() + timeout
+        until = loop.time() + within_s
         while True:
             rows = {i: await self.service.get(i, caller=None) for i in ids}
             if all(r["state"] in ("succeeded", "failed", "killed", "skipped", "mark_succeeded", "hold")
@@ -55,7 +55,7 @@ class Harness:
                 return rows
             if loop.time() > until:
                 states = sorted({r["state"] for r in rows.values()})
-                raise AssertionError(f"tasks not terminal after {timeout} s: states {states}")
+                raise AssertionError(f"tasks not terminal after {within_s} s: states {states}")
             await asyncio.sleep(0.05)
 
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from tests.support import ADMIN, AUTH, gateway_registry
+from tests.tasks.api_helpers import TASKS, finished
 
-TASKS = "/api/v1/ai/tasks"
 TEXT = "Hearth runs long AI jobs. They survive crashes. Results are kept."
 
 
@@ -27,19 +27,6 @@ def _registry(fake: Any) -> dict[str, Any]:
 @pytest.fixture
 def server(fake: Any, hearth_server: Any, database_url: str) -> Any:
     return hearth_server(_registry(fake), database_url=database_url, task_poll_s=0.1, task_reap_s=0.2)
-
-
-async def finished(http: httpx.AsyncClient, server: Any, task_id: str, timeout: float = 15.0) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    until = loop.time() + timeout
-    while True:
-        r = await http.get(f"{server.base_url}{TASKS}/{task_id}", headers=AUTH)
-        assert r.status_code == 200, r.text
-        task: dict[str, Any] = r.json()["data"]
-        if task["terminal"] or task["state"] == "hold":
-            return task
-        assert loop.time() < until, f"task still {task['state']}"
-        await asyncio.sleep(0.05)
 
 
 async def test_summarize_async_runs_the_capability_and_its_calls_name_the_task(fake, server, http):

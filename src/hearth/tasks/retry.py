@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hearth.errors import CATALOG, HearthError
+from hearth.errors import CATALOG, HearthError, UpstreamHTTPError
 
 Verdict = Literal["retry", "fail", "retry_uncounted"]
 
@@ -53,6 +53,20 @@ class Decision:
     verdict: Verdict
     delay_s: float
     reason: str  # the retry class, for the task's events: transient | control_plane | one_more | input | unknown
+
+
+def as_hearth_error(exc: BaseException) -> HearthError:
+    """The catalog error a handler's exception stands for: an upstream's own error status (relayed as is on
+    the OpenAI routes) by its class; anything unexpected as ``internal_error`` (its type in ``details``)."""
+    if isinstance(exc, HearthError):
+        return exc
+    if isinstance(exc, UpstreamHTTPError):
+        message = (exc.body.get("error") or {}).get("message") if isinstance(exc.body.get("error"), dict) else None
+        code = ("upstream_rate_limited" if exc.status == 429 else "upstream_auth_failed" if exc.status in (401, 403)
+                else "upstream_error" if exc.status >= 500 else "upstream_bad_request")
+        return HearthError(code, f"The upstream answered {exc.status}" + (f": {message}"[:500] if message else "."),
+                           details={"upstream_status": exc.status}, retry_after=exc.retry_after)
+    return HearthError("internal_error", "The task handler failed.", details={"exception": type(exc).__name__})
 
 
 def classify(error: BaseException) -> tuple[Verdict, str]:

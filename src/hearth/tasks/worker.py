@@ -31,13 +31,13 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.clock import SYSTEM_CLOCK, Clock
-from hearth.errors import HearthError
+from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.tasks import queue as task_queue
 from hearth.tasks.notify import PgListener, Wakeups
-from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, decide
+from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, as_hearth_error, decide
 from hearth.tasks.terminal import TerminalRules, after_moves
 from hearth.tasks.transitions import AttemptEnd, Move, apply
 from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRecord, TaskType, TaskTypes
@@ -329,7 +329,7 @@ class _QueueRunner:
                 "task_time_limit", f"The task ran past its time limit of {ttype.time_limit_s:g} s and was stopped."),
                 started_at=started_at)
         except Exception as exc:
-            if not isinstance(exc, HearthError):
+            if not isinstance(exc, HearthError | UpstreamHTTPError):
                 log.error("task_handler_crashed", task_id=ctx.task.id, task_type=ctx.task.task_type,
                           error=type(exc).__name__)
             move = self._failed_or_retried(ctx, ttype, exc, started_at=started_at)
@@ -367,8 +367,7 @@ class _QueueRunner:
                     values={"lease_until": None, "worker": None, "run_after": self.worker.clock.now()})
 
     def _failed_or_retried(self, ctx: TaskContext, ttype: TaskType, exc: BaseException, *, started_at: float) -> Move:
-        error = exc if isinstance(exc, HearthError) else HearthError("internal_error", "The task handler failed.",
-                                                                     details={"exception": type(exc).__name__})
+        error = as_hearth_error(exc)
         policy = ttype.retry or self.worker.config.default_retry
         decision = decide(error, attempt=ctx.task.attempt, max_attempts=ctx.task.max_attempts, policy=policy)
         body = {"code": error.code, "message": error.message, "details": error.details}
