@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.capabilities.address_guard import AddressGuard
+from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.tasks.notify import Wakeups
 from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import TaskService
@@ -22,13 +23,14 @@ QUEUES = ("q.fast", "q.slow")
 class Harness:
     """A service and the workers started on it (stopped at the end of the test)."""
 
-    def __init__(self, engine: AsyncEngine, types: TaskTypes, database_url: str) -> None:
+    def __init__(self, engine: AsyncEngine, types: TaskTypes, database_url: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self.engine = engine
         self.types = types
         self.database_url = database_url
+        self.clock = clock
         self.wakeups = Wakeups()
         self.service = TaskService(engine=engine, types=types, queues={q: QueueLimits() for q in QUEUES},
-                                   wakeups=self.wakeups, guard=AddressGuard(["127.0.0.0/8"]))
+                                   wakeups=self.wakeups, guard=AddressGuard(["127.0.0.0/8"]), clock=clock)
         self.workers: list[Worker] = []
 
     def limit(self, queue: str, limits: QueueLimits) -> None:
@@ -39,7 +41,7 @@ class Harness:
                                   "poll_s": 0.2, "reap_s": 0.2, "grace_s": 2.0}
         values.update(config)
         worker = Worker(self.engine, self.types, None, WorkerConfig(**values), wakeups=self.wakeups,
-                        database_url=self.database_url)
+                        database_url=self.database_url, clock=self.clock)
         await worker.start()
         self.workers.append(worker)
         return worker
@@ -60,11 +62,11 @@ class Harness:
 
 
 @pytest.fixture
-async def harness(engine: AsyncEngine, database_url: str) -> AsyncIterator[Callable[[TaskTypes], Harness]]:
+async def harness(engine: AsyncEngine, database_url: str) -> AsyncIterator[Callable[..., Harness]]:
     made: list[Harness] = []
 
-    def make(types: TaskTypes) -> Harness:
-        h = Harness(engine, types, database_url)
+    def make(types: TaskTypes, clock: Clock = SYSTEM_CLOCK) -> Harness:
+        h = Harness(engine, types, database_url, clock)
         made.append(h)
         return h
 
