@@ -68,6 +68,14 @@ def read_records(path: Path) -> list[tuple[str, int, int]]:
     return out
 
 
+def executions(runs: Sequence[tuple[str, int, int]]) -> dict[str, list[int]]:
+    """Tag → the attempt number of each run of its handler, from :func:`read_records`."""
+    out: dict[str, list[int]] = {}
+    for tag_, attempt, _ in runs:
+        out.setdefault(tag_, []).append(attempt)
+    return out
+
+
 async def until(check: Callable[[], Awaitable[Any]], *, within: float, what: str, every: float = 0.05,
                 tolerate: tuple[type[BaseException], ...] = ()) -> Any:
     """Poll ``check`` until it returns something truthy (returned), failing after ``within`` seconds.
@@ -107,13 +115,15 @@ class Outcome:
     attempts: Mapping[str, Sequence[Mapping[Any, Any]]]  # id → task_attempts rows, by attempt
     succeeded_events: Counter[str]  # id → number of `succeeded` state events
 
-    def problems(self, ids: Sequence[str], *, executions: Mapping[str, int] | None = None,
+    def problems(self, ids: Sequence[str], *, executions: Mapping[str, Sequence[int]] | None = None,
                  attempts: int | None = None) -> list[str]:
         """Why the run did not end every task exactly once (empty: it did).
 
-        ``executions`` — tag → times its handler ran (from the record file); each must be exactly one per
-        attempt whose handler started, i.e. the task's final attempt plus any attempt that was running when
-        its worker died (``lease_expired``). ``attempts``: the number of attempts every task must have taken."""
+        ``executions`` — tag → the attempt number of each run of its handler (:func:`executions`): the final
+        (succeeded) attempt ran exactly once, no attempt ran twice, and an earlier attempt ran only if it
+        ended ``lease_expired`` (its worker died or lost the database while it ran; such an attempt may also
+        not have run at all, when the claim committed but the worker never heard). ``attempts``: the number
+        of attempts every task must have taken."""
         out: list[str] = []
         if set(self.tasks) != set(ids):
             out.append(f"{len(set(ids) - set(self.tasks))} submitted tasks missing, "
@@ -136,10 +146,13 @@ class Outcome:
                 out.append(f"{name}: attempt outcomes {[a['outcome'] for a in rows]}")
             if attempts is not None and row["attempt"] != attempts:
                 out.append(f"{name}: {row['attempt']} attempts, expected {attempts}")
-            if executions is not None and executions.get(name, 0) != 1 + sum(
-                    a["outcome"] == "lease_expired" for a in rows):
-                out.append(f"{name}: handler ran {executions.get(name, 0)} times, attempts "
-                           f"{[(a['attempt'], a['outcome']) for a in rows]}")
+            if executions is not None:
+                ran = sorted(executions.get(name, ()))
+                lost = {a["attempt"] for a in rows if a["outcome"] == "lease_expired"}
+                if ran.count(row["attempt"]) != 1 or len(set(ran)) != len(ran) or \
+                        not set(ran) - {row["attempt"]} <= lost:
+                    out.append(f"{name}: handler ran for attempts {ran}, attempts "
+                               f"{[(a['attempt'], a['outcome']) for a in rows]}")
         return out
 
 

@@ -33,6 +33,7 @@ from tests.e2e import processes
 from tests.e2e.postgres_server import PostgresServer
 from tests.e2e.task_runs import (
     all_ended,
+    executions,
     outcome,
     read_records,
     record_body,
@@ -101,8 +102,7 @@ async def test_kill9_worker_with_20_running_tasks_a_new_worker_ends_each_exactly
         runs = read_records(record)
     _report("kill -9", successor_ready_s=ready, kill_to_all_done_s=done)
 
-    executions = Counter(t for t, _, _ in runs)
-    assert result.problems(ids, executions=executions, attempts=2) == []
+    assert result.problems(ids, executions=executions(runs), attempts=2) == []
     assert sorted(runs) == sorted([(tag(i), 1, first.pid) for i in range(20)] +
                                   [(tag(i), 2, second.pid) for i in range(20)])
     for task_id in ids:
@@ -151,7 +151,7 @@ async def test_postgres_restart_mid_run_two_workers_reconnect_and_every_task_end
             up_to_all_done_s=done - up, run_s=done - started,
             warnings=" ".join(f"{k}:{v}" for k, v in sorted(_warnings(logs).items())))
 
-    assert result.problems(ids, executions=Counter(t for t, _, _ in runs)) == []
+    assert result.problems(ids, executions=executions(runs)) == []
     # Both reconnected on their own: each finished attempts that started after the server came back.
     after = {a["worker"] for rows in result.attempts.values() for a in rows
              if a["outcome"] == "succeeded" and a["started_at"] > up_wall}
