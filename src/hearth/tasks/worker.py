@@ -58,7 +58,7 @@ class WorkerConfig:
     worker_id: str = ""
 
     def check(self) -> None:
-        if self.heartbeat_s > self.lease_s / 3:
+        if self.heartbeat_s > self.lease_s / 3 + 1e-9:
             raise SystemExit(f"task heartbeat ({self.heartbeat_s:g} s) must be at most a third of the lease "
                              f"({self.lease_s:g} s): a worker that misses two heartbeats would lose its tasks")
         for name, n in self.queues.items():
