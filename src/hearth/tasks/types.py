@@ -128,13 +128,14 @@ class TaskContext:
     def lease_lost(self) -> bool:
         return self._lost
 
-    def check_cancel(self) -> None:
-        """Call before and after each model call and each step: raises if the attempt must stop."""
+    def check_cancel(self, *, soft_limit: bool = True) -> None:
+        """Call before and after each model call and each step: raises if the attempt must stop
+        (cancelled, superseded, or — unless ``soft_limit`` is False — past the soft time limit)."""
         if self._lost:
             raise TaskLeaseLost(self.task.id)
         if self._cancelled:
             raise TaskCancelled(self.task.id)
-        if self._soft_deadline is not None and asyncio.get_running_loop().time() >= self._soft_deadline:
+        if soft_limit and self._soft_deadline is not None and asyncio.get_running_loop().time() >= self._soft_deadline:
             raise SoftTimeLimitExceeded(self._soft_limit_s or 0.0)
 
 

@@ -315,7 +315,7 @@ class _QueueRunner:
             ctx.check_cancel()
             async with asyncio.timeout(ttype.time_limit_s):
                 result = await ttype.handler(ctx)
-            ctx.check_cancel()  # cancelled while the last call ran: its result is discarded
+            ctx.check_cancel(soft_limit=False)  # cancelled while the last call ran: its result is discarded
             move = self._succeeded(ctx, result, started_at=started_at)
         except TaskCancelled:
             move = self._killed(ctx, started_at=started_at)
