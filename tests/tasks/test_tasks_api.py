@@ -181,3 +181,23 @@ async def test_updated_since_returns_every_change_once_in_order_for_reconciliati
         if cursor is None:
             break
     assert sorted(seen) == sorted(ids) and len(seen) == 4
+
+
+async def test_dead_letter_actions_over_http_need_the_admin_an_operator_and_a_reason(fake, server, http):
+    fake.set_defaults(status=400)
+    task_id = (await http.post(server.base_url + TASKS, headers=AUTH, json={
+        "task_type": "summarize_async", "payload": {"text": TEXT, "model": "m"}})).json()["data"]["task_id"]
+    assert (await finished(http, server, task_id))["state"] == "failed"
+    letters = server.base_url + "/api/v1/ai/dead-letters"
+    assert (await http.get(letters, headers=AUTH)).status_code == 401
+    page = (await http.get(letters, headers=ADMIN, params={"status": "OPEN"})).json()["data"]["dead_letters"]
+    assert [d["task_id"] for d in page] == [task_id] and page[0]["error_code"] == "upstream_bad_request"
+    for body in ({}, {"operator": "ops"}, {"reason": "seen"}, {"operator": " ", "reason": "seen"}):
+        r = await http.post(f"{letters}/{task_id}/acknowledge", headers=ADMIN, json=body)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", body
+    assert (await http.get(f"{letters}/{task_id}", headers=ADMIN)).json()["data"]["status"] == "OPEN"
+    r = await http.post(f"{letters}/{task_id}/acknowledge", headers=ADMIN, json={"operator": "ops", "reason": "seen"})
+    assert r.status_code == 200 and r.json()["data"]["status"] == "ACKNOWLEDGED"
+    assert r.json()["data"]["history"][0]["operator"] == "ops" and r.json()["data"]["history"][0]["at"]
+    missing = await http.post(f"{letters}/tsk_nope/redrive", headers=ADMIN, json={"operator": "ops", "reason": "x"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "dead_letter_not_found"

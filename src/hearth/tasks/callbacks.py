@@ -152,8 +152,8 @@ class CallbackSender:
         async with write_transaction(self._engine) as conn:
             due = (t.c.state == "pending") & (t.c.next_at <= now) | \
                   (t.c.state == "delivering") & (t.c.lease_until < now)
-            stmt = select(t.c.id, t.c.task_id, t.c.url, t.c.attempts).where(due).order_by(t.c.next_at).limit(
-                self._batch)
+            stmt = (select(t.c.id, t.c.task_id, t.c.url, t.c.attempts, t.c.task_state).where(due)
+                    .order_by(t.c.next_at).limit(self._batch))
             if conn.dialect.name == "postgresql":
                 stmt = stmt.with_for_update(skip_locked=True)
             rows = (await conn.execute(stmt)).mappings().all()
@@ -173,9 +173,10 @@ class CallbackSender:
         if task is None:
             error = "task_not_found"
         else:
-            body = orjson.dumps({"event": "task.finished", "task": self._view(task)})
+            event = "dead_letter.opened" if row["task_state"] == "dead_letter" else "task.finished"
+            body = orjson.dumps({"event": event, "task": self._view(task)})
             try:
-                status = await self._post(row["url"], body, delivery_id=int(row["id"]))
+                status = await self._post(row["url"], body, delivery_id=int(row["id"]), event=event)
             except HearthError as exc:
                 error = exc.code
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -195,10 +196,10 @@ class CallbackSender:
             await conn.execute(update(callback_deliveries).where(
                 callback_deliveries.c.id == row["id"], callback_deliveries.c.state == "delivering").values(**values))
 
-    async def _post(self, url: str, body: bytes, *, delivery_id: int) -> int:
+    async def _post(self, url: str, body: bytes, *, delivery_id: int, event: str) -> int:
         target = await self._guard.check_url(url)
         headers = {"Content-Type": "application/json", "Host": target.host_header,
-                   "X-Hearth-Event": "task.finished", "X-Hearth-Delivery": str(delivery_id)}
+                   "X-Hearth-Event": event, "X-Hearth-Delivery": str(delivery_id)}
         if self._policy.signing_key:
             headers.update(signed_headers(self._policy.signing_key, "POST", str(target.url), body))
         timeout = aiohttp.ClientTimeout(total=self._policy.timeout_s)

@@ -27,8 +27,11 @@ from sqlalchemy import JSON, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hearth.errors import HearthError
+from hearth.observability.logging import get_logger
 from hearth.store.tables import task_events, tasks
 from hearth.tasks.transitions import record_events, state_event
+
+log = get_logger("hearth.tasks.queue")
 
 NOTIFY_CHANNEL = "hearth_tasks"
 CANCEL_CHANNEL = "hearth_task_cancel"
@@ -89,10 +92,13 @@ async def _admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], 
                                 .where(tasks.c.queue == queue, pending))).scalar_one()
     if depth + len(rows) > limits.max_depth:
         raise _full(queue, "queue", depth=depth, limit=limits.max_depth)
-    if depth + len(rows) > limits.low_priority_watermark * limits.max_depth and \
-            any(r["priority"] < LOW_PRIORITY for r in rows):
-        raise _full(queue, "low_priority_throttled", depth=depth,
-                    limit=int(limits.low_priority_watermark * limits.max_depth))
+    watermark = limits.low_priority_watermark * limits.max_depth
+    if depth + len(rows) > watermark:
+        if any(r["priority"] < LOW_PRIORITY for r in rows):
+            raise _full(queue, "low_priority_throttled", depth=depth, limit=int(watermark))
+        if depth <= watermark:  # this submission crosses it: say so once per crossing
+            log.warning("task_queue_above_watermark", queue=queue, pending=depth + len(rows),
+                        watermark=int(watermark), max_depth=limits.max_depth)
     keys = sorted({r["fair_key"] for r in rows})
     last: dict[str, tuple[int, int]] = {}
     for chunk in _chunks(keys, 500):
