@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     task_queues: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=lambda: {"ai.default": 32, "ai.summary": 16, "ai.bill_extract": 8},
         description="queue name → a worker's concurrency on it (`ai.default=32,ai.summary=16` in the environment)")
+    task_user_max_running: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=dict, description="queue name → most tasks of one user (else tenant, else caller) running "
+        "at once in it, e.g. `ai.bill_extract=2` (unset: no cap; fairness comes from round-robin claims)")
     embedded_worker: bool = Field(default=True, description="`hearth serve` also runs a worker on every queue of "
                                   "`task_queues` (turn off when separate `hearth worker` processes run them)")
     task_modules: Annotated[list[str], NoDecode] = Field(
@@ -154,7 +157,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r} (an IANA name such as UTC or Asia/Shanghai)") from exc
         return value
 
-    @field_validator("task_queues", mode="before")
+    @field_validator("task_queues", "task_user_max_running", mode="before")
     @classmethod
     def _queue_map(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -77,7 +77,7 @@ def build_task_engine(settings: Settings, engine: AsyncEngine, types: TaskTypes,
     if run_worker:
         config = WorkerConfig(queues=queues, lease_s=settings.task_lease_s, heartbeat_s=settings.task_heartbeat_s,
                               poll_s=settings.task_poll_s, reap_s=settings.task_reap_s, grace_s=settings.task_grace_s,
-                              rules=rules, default_retry=retry)
+                              rules=rules, default_retry=retry, running_per_key=settings.task_user_max_running)
         worker = Worker(engine, types, services, config, wakeups=wakeups, database_url=settings.database_url)
         policy = CallbackPolicy(signing_key=settings.callback_signing_key, max_attempts=settings.callback_max_attempts)
         sender = CallbackSender(engine, session, policy, guard=guard, view=lambda row: task_view(row, with_result=True))

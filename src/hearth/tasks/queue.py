@@ -130,10 +130,18 @@ def _chunks(items: list[str], size: int) -> list[list[str]]:
 
 
 async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limit: int, worker: str, now: float,
-                lease_s: float) -> Sequence[Mapping[Any, Any]]:
-    """Move up to ``limit`` due tasks of ``queue`` (of the given types) to ``running`` for ``worker``."""
+                lease_s: float, per_key_cap: int | None = None) -> Sequence[Mapping[Any, Any]]:
+    """Move up to ``limit`` due tasks of ``queue`` (of the given types) to ``running`` for ``worker``.
+
+    With ``per_key_cap``, no fair key (user, tenant or caller) gets more than that many tasks running in the
+    queue: claims of a capped queue take the queue's lock (so two workers cannot both fill the last slot of
+    a key) and choose, in claim order, among a window of ``8 × limit`` candidates.
+    """
     if limit <= 0 or not types:
         return []
+    if per_key_cap is not None:
+        return await _claim_capped(conn, queue=queue, types=types, limit=limit, worker=worker, now=now,
+                                   lease_s=lease_s, cap=per_key_cap)
     params = {"queue": queue, "types": list(types), "n": limit, "worker": worker, "now": now,
               "lease": now + lease_s}
     sets = ("state = 'running', attempt = attempt + 1, worker = :worker, lease_until = :lease, "
@@ -151,6 +159,38 @@ async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limi
         sql = (f"UPDATE tasks SET {sets} WHERE id IN (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued'"
                f" AND run_after <= :now AND task_type IN ({marks}) {order}) RETURNING {', '.join(CLAIMED)}")
         rows = (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
+    await record_events(conn, [state_event(r["id"], "running", attempt=r["attempt"], now=now,
+                                           detail={"worker": worker}) for r in rows])
+    return rows
+
+
+async def _claim_capped(conn: AsyncConnection, *, queue: str, types: Sequence[str], limit: int, worker: str,
+                        now: float, lease_s: float, cap: int) -> Sequence[Mapping[Any, Any]]:
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"),
+                           {"a": 0x4855, "b": zlib.crc32(queue.encode()) - 2**31})
+    running: dict[str, int] = dict((await conn.execute(select(tasks.c.fair_key, func.count()).where(
+        tasks.c.queue == queue, tasks.c.state == "running").group_by(tasks.c.fair_key))).all())
+    window = (select(tasks.c.id, tasks.c.fair_key)
+              .where(tasks.c.queue == queue, tasks.c.state == "queued", tasks.c.run_after <= now,
+                     tasks.c.task_type.in_(list(types)))
+              .order_by(tasks.c.priority.desc(), tasks.c.fair_seq, tasks.c.created_at, tasks.c.id).limit(limit * 8))
+    if conn.dialect.name == "postgresql":
+        window = window.with_for_update(skip_locked=True)
+    chosen: list[str] = []
+    for task_id, key in (await conn.execute(window)).all():
+        if running.get(key, 0) < cap:
+            running[key] = running.get(key, 0) + 1
+            chosen.append(task_id)
+            if len(chosen) == limit:
+                break
+    if not chosen:
+        return []
+    stmt = (update(tasks).where(tasks.c.id.in_(chosen), tasks.c.state == "queued")
+            .values(state="running", attempt=tasks.c.attempt + 1, worker=worker, lease_until=now + lease_s,
+                    started_at=now, updated_at=now)
+            .returning(*(tasks.c[c] for c in CLAIMED)))
+    rows = (await conn.execute(stmt)).mappings().all()
     await record_events(conn, [state_event(r["id"], "running", attempt=r["attempt"], now=now,
                                            detail={"worker": worker}) for r in rows])
     return rows

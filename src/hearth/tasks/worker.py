@@ -56,6 +56,7 @@ class WorkerConfig:
     rules: TerminalRules = field(default_factory=TerminalRules)
     default_retry: RetryPolicy = DEFAULT_POLICY
     worker_id: str = ""
+    running_per_key: Mapping[str, int] = field(default_factory=dict)  # queue → most tasks running per user
 
     def check(self) -> None:
         if self.heartbeat_s > self.lease_s / 3 + 1e-9:
@@ -279,7 +280,8 @@ class _QueueRunner:
                     if any(m.move.to == "queued" for m in moved):
                         await task_queue.notify(conn, [self.queue])
                 claimed = (await task_queue.claim(conn, queue=self.queue, types=self.types, limit=free,
-                                                  worker=w.id, now=now, lease_s=w.config.lease_s)
+                                                  worker=w.id, now=now, lease_s=w.config.lease_s,
+                                                  per_key_cap=w.config.running_per_key.get(self.queue))
                            if free > 0 else [])
         except BaseException:
             self._done = done + self._done
