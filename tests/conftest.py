@@ -189,7 +189,7 @@ def hearth_server(tmp_path: Path) -> Iterator[ServerFactory]:
         config = write_config(tmp_path / f"hearth-{len(started)}.yaml", registry)
         values: dict[str, Any] = {"config": config, "database_url": f"sqlite+aiosqlite:///{tmp_path}/h.db",
                                   "master_key": MASTER_KEY, "admin_token": "admin-token-xyz",
-                                  "request_log_flush_s": 0.05, "registry_refresh_s": 0.5}
+                                  "request_log_flush_s": 0.05, "registry_refresh_s": 0.5, "task_grace_s": 1.0}
         values.update(settings)
         server = HearthServerThread(Settings(**values)).start()
         started.append(server)

@@ -393,12 +393,16 @@ class _QueueRunner:
         if self.running:
             await asyncio.gather(*(r.task for r in list(self.running.values())), return_exceptions=True)
 
-    async def _flush_final(self) -> None:
-        for _ in range(20):
-            if not self._done and not self._progress:
-                return
+    async def _flush_final(self, within_s: float = 3.0) -> None:
+        """Write what is gathered before the worker goes; a database that stays away for ``within_s`` keeps
+        the rest (those tasks' leases expire and the reaper settles them, as after a crash)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within_s
+        while (self._done or self._progress) and loop.time() < until:
             try:
-                await self.cycle()
+                async with asyncio.timeout(max(0.1, until - loop.time())):
+                    await self.cycle()
             except Exception as exc:
-                log.warning("task_final_flush_failed", queue=self.queue, error=type(exc).__name__)
+                log.warning("task_final_flush_failed", queue=self.queue, error=type(exc).__name__,
+                            outcomes=len(self._done))
                 await asyncio.sleep(0.25)
