@@ -64,7 +64,7 @@ async def _running(h: Any, task_id: str) -> None:
 
 
 def _freeze_heartbeats(worker: Any) -> None:
-    worker._loops[0].cancel()  # the heartbeat loop: as if the process froze (its tasks keep running)
+    worker.heartbeats_paused = True  # as if the process froze for its leases (its tasks keep running)
 
 
 async def test_a_stale_worker_cannot_overwrite_the_attempt_that_replaced_it(harness: Any) -> None:
@@ -93,12 +93,15 @@ async def test_an_unsafe_type_lost_with_its_worker_is_held_for_an_operator(harne
     _freeze_heartbeats(stale)
     held = (await h.wait_terminal([row["id"]]))[row["id"]]
     assert held["state"] == "hold" and "not safe to repeat" in held["hold_reason"]
+    GATE[row["id"]].set()  # the lost attempt finishes after all: its result must not end the held task
+    await stale.stop()
+    h.workers.remove(stale)
+    assert (await h.service.get(row["id"], caller=None))["state"] == "hold"
     released = await h.service.override(row["id"], to="queued", operator="ops", reason="checked upstream")
     assert released["state"] == "queued"
     await h.worker(concurrency=2)
     done = (await h.wait_terminal([row["id"]]))[row["id"]]
     assert (done["state"], done["attempt"]) == ("succeeded", 2)
-    GATE[row["id"]].set()
     with pytest.raises(HearthError) as nobody:
         await h.service.override(row["id"], to="queued", operator="", reason="x")
     assert nobody.value.code == "invalid_request"

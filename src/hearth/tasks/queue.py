@@ -23,11 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from sqlalchemy import JSON, func, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
+from hearth.store.db import write_transaction
 from hearth.store.tables import task_events, tasks
 from hearth.tasks.transitions import record_events, state_event
 
@@ -38,6 +40,9 @@ CANCEL_CHANNEL = "hearth_task_cancel"
 FAIR_RATE = 10.0  # virtual-time units per second: the pace at which one fair key's backlog counts as "due"
 LOW_PRIORITY = 0  # tasks below this priority are refused first when a queue passes its watermark
 
+_CLAIM_SET = ("state = 'running', attempt = attempt + 1, worker = :worker, lease_until = :lease, "
+              "started_at = :now, updated_at = :now")
+_ORDER = "ORDER BY priority DESC, fair_seq, created_at, id LIMIT :n"
 CLAIMED = ("id", "task_type", "queue", "attempt", "max_attempts", "payload", "caller", "tenant", "end_user",
            "request_id", "priority", "callback_url", "repeat_safe", "started_at")
 
@@ -144,9 +149,8 @@ async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limi
                                    lease_s=lease_s, cap=per_key_cap)
     params = {"queue": queue, "types": list(types), "n": limit, "worker": worker, "now": now,
               "lease": now + lease_s}
-    sets = ("state = 'running', attempt = attempt + 1, worker = :worker, lease_until = :lease, "
-            "started_at = :now, updated_at = :now")
-    order = "ORDER BY priority DESC, fair_seq, created_at, id LIMIT :n"
+    sets = _CLAIM_SET
+    order = _ORDER
     if conn.dialect.name == "postgresql":
         sql = (f"WITH picked AS (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued' AND run_after <= :now"
                f" AND task_type = ANY(:types) {order} FOR UPDATE SKIP LOCKED) "
@@ -162,6 +166,30 @@ async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limi
     await record_events(conn, [state_event(r["id"], "running", attempt=r["attempt"], now=now,
                                            detail={"worker": worker}) for r in rows])
     return rows
+
+
+async def claim_now(engine: AsyncEngine, *, queue: str, types: Sequence[str], limit: int, worker: str, now: float,
+                    lease_s: float, per_key_cap: int | None = None) -> Sequence[Mapping[Any, Any]]:
+    """:func:`claim` in its own transaction. On PostgreSQL (no cap) that is one statement — pick, lease and
+    record the events together — run without BEGIN/COMMIT: one round trip per claim."""
+    if limit <= 0 or not types:
+        return []
+    if engine.dialect.name == "postgresql" and per_key_cap is None:
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            sql = (f"WITH picked AS (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued' "
+                   f"AND run_after <= :now AND task_type = ANY(:types) {_ORDER} FOR UPDATE SKIP LOCKED), "
+                   f"claimed AS (UPDATE tasks AS t SET {_CLAIM_SET.replace('attempt + 1', 't.attempt + 1')} "
+                   f"FROM picked WHERE t.id = picked.id RETURNING {', '.join('t.' + c for c in CLAIMED)}), "
+                   "events AS (INSERT INTO task_events (task_id, at, kind, state, attempt, detail) "
+                   "SELECT id, :now, 'state', 'running', attempt, CAST(:detail AS json) FROM claimed) "
+                   f"SELECT {', '.join(CLAIMED)} FROM claimed")
+            params = {"queue": queue, "types": list(types), "n": limit, "worker": worker, "now": now,
+                      "lease": now + lease_s, "detail": orjson.dumps({"worker": worker}).decode()}
+            return (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
+    async with write_transaction(engine) as conn:
+        return await claim(conn, queue=queue, types=types, limit=limit, worker=worker, now=now, lease_s=lease_s,
+                           per_key_cap=per_key_cap)
 
 
 async def _claim_capped(conn: AsyncConnection, *, queue: str, types: Sequence[str], limit: int, worker: str,
@@ -234,18 +262,33 @@ async def notify(conn: AsyncConnection, queues: Sequence[str]) -> None:
 
 async def report_progress(conn: AsyncConnection, reports: Sequence[tuple[str, int, int | None, str | None]], *,
                           now: float) -> None:
-    """Write progress reports (task id, attempt, percent, step) of running attempts; events for each written."""
-    events = []
-    for task_id, attempt, percent, step in reports:
-        values: dict[str, Any] = {"updated_at": now}
-        if percent is not None:
-            values["progress"] = percent
-        if step is not None:
-            values["current_step"] = step
-        stmt = (update(tasks).where(tasks.c.id == task_id, tasks.c.attempt == attempt, tasks.c.state == "running")
-                .values(**values))
-        if (await conn.execute(stmt)).rowcount:
-            events.append({"task_id": task_id, "at": now, "kind": "progress", "state": "running",
-                           "attempt": attempt, "progress": percent, "step": step, "detail": None})
+    """Write progress reports (task id, attempt, percent, step) of running attempts, and an event for each
+    one written (one statement on PostgreSQL; a report of an attempt that is no longer running is dropped)."""
+    if not reports:
+        return
+    if conn.dialect.name == "postgresql":
+        sql = ("UPDATE tasks AS t SET progress = COALESCE(v.percent, t.progress), "
+               "current_step = COALESCE(v.step, t.current_step), updated_at = :now "
+               "FROM unnest(CAST(:ids AS text[]), CAST(:attempts AS int[]), CAST(:percents AS int[]), "
+               "CAST(:steps AS text[])) AS v(id, attempt, percent, step) "
+               "WHERE t.id = v.id AND t.attempt = v.attempt AND t.state = 'running' RETURNING t.id")
+        written = set((await conn.execute(text(sql), {
+            "now": now, "ids": [r[0] for r in reports], "attempts": [r[1] for r in reports],
+            "percents": [r[2] for r in reports], "steps": [r[3] for r in reports]})).scalars().all())
+    else:
+        written = set()
+        for task_id, attempt, percent, step in reports:
+            values: dict[str, Any] = {"updated_at": now}
+            if percent is not None:
+                values["progress"] = percent
+            if step is not None:
+                values["current_step"] = step
+            stmt = (update(tasks).where(tasks.c.id == task_id, tasks.c.attempt == attempt,
+                                        tasks.c.state == "running").values(**values))
+            if (await conn.execute(stmt)).rowcount:
+                written.add(task_id)
+    events = [{"task_id": task_id, "at": now, "kind": "progress", "state": "running", "attempt": attempt,
+               "progress": percent, "step": step, "detail": None}
+              for task_id, attempt, percent, step in reports if task_id in written]
     if events:
         await conn.execute(task_events.insert(), events)

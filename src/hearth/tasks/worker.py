@@ -34,7 +34,7 @@ from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
-from hearth.store.db import write_transaction
+from hearth.store.db import stop_writer_task, write_transaction
 from hearth.tasks import queue as task_queue
 from hearth.tasks.notify import PgListener, Wakeups
 from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, as_hearth_error, decide
@@ -43,6 +43,7 @@ from hearth.tasks.transitions import AttemptEnd, Move, apply
 from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRecord, TaskType, TaskTypes
 
 log = get_logger("hearth.tasks.worker")
+PROGRESS_DELAY_S = 0.2  # longest a progress report waits for a write to ride on
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,8 @@ class Worker:
         by_queue = types.on_queues(config.queues)
         self.runners = {q: _QueueRunner(self, q, n, by_queue[q]) for q, n in config.queues.items()}
         self._loops: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self.heartbeats_paused = False  # tests: a worker that is alive but has stopped renewing (frozen)
         self.wakeups.on_cancel(self._cancel_requested)
 
     async def start(self) -> None:
@@ -123,10 +126,9 @@ class Worker:
             await runner.hand_back()
         for runner in self.runners.values():
             await runner.stop()
-        for task in self._loops:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._stopping.set()
+        for task in self._loops:  # they end at their next wait; cancelled only if stuck (never mid-commit)
+            await stop_writer_task(task, grace_s=5.0)
         if self._listener is not None:
             await self._listener.stop()
         log.info("worker_stopped", worker=self.id)
@@ -137,10 +139,17 @@ class Worker:
             if held is not None:
                 held.ctx.cancel()
 
+    async def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; False once the worker is stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        return not self._stopping.is_set()
+
     async def _heartbeats(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(self.config.heartbeat_s)
+        while await self._pause(self.config.heartbeat_s):
+            if self.heartbeats_paused:
+                continue
             began = loop.time()
             held = {tid: (runner, r) for runner in self.runners.values() for tid, r in runner.running.items()
                     if not r.handing_back}
@@ -164,8 +173,7 @@ class Worker:
                     r.ctx.cancel()
 
     async def _reaper(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.reap_s)
+        while await self._pause(self.config.reap_s):
             try:
                 await self.reap_once()
             except asyncio.CancelledError:
@@ -227,46 +235,85 @@ class _QueueRunner:
         self.claiming = True
         self._done: list[Move] = []
         self._progress: dict[str, TaskContext] = {}
-        self._loop_task: asyncio.Task[None] | None = None
-        self.wake = worker.wakeups.subscribe(queue)
+        self._loops: list[asyncio.Task[None]] = []
+        self.wake = worker.wakeups.subscribe(queue)  # claim: a slot freed, a notification, the poll timer
+        self.dirty = asyncio.Event()  # write: outcomes or progress are waiting
+        self._progress_timer: asyncio.TimerHandle | None = None
+        self._stopping = False
 
     def start(self) -> None:
-        self._loop_task = asyncio.create_task(self._loop(), name=f"task-queue-{self.queue}")
+        self._loops = [asyncio.create_task(self._claim_loop(), name=f"task-claim-{self.queue}"),
+                       asyncio.create_task(self._write_loop(), name=f"task-write-{self.queue}")]
 
     async def stop(self) -> None:
         await self._flush_final()
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        self._stopping = True
+        self.wake.set()
+        self.dirty.set()
+        for task in self._loops:  # each ends at its next wait; cancelled only if stuck (never mid-commit)
+            await stop_writer_task(task, grace_s=5.0)
+        if self._progress_timer is not None:
+            self._progress_timer.cancel()
         self.worker.wakeups.unsubscribe(self.queue, self.wake)
 
-    async def _loop(self) -> None:
+    async def _claim_loop(self) -> None:
         delay = 0.05
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.worker.config.poll_s)
             self.wake.clear()
+            if self._stopping:
+                return
             try:
-                if await self.cycle():
+                if await self.claim_free():
                     self.wake.set()
                 delay = 0.05
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("task_cycle_failed", queue=self.queue, error=type(exc).__name__,
-                            retry_in_s=round(delay, 2), pending_outcomes=len(self._done))
+                log.warning("task_claim_failed", queue=self.queue, error=type(exc).__name__, retry_in_s=round(delay, 2))
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)
                 self.wake.set()
 
-    async def cycle(self) -> bool:
-        """One transaction: write gathered outcomes and progress, claim for the free slots. More to do?"""
+    async def _write_loop(self) -> None:
+        delay = 0.05
+        while True:
+            await self.dirty.wait()
+            self.dirty.clear()
+            if self._stopping:
+                return
+            try:
+                await self.write_outcomes()
+                delay = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("task_write_failed", queue=self.queue, error=type(exc).__name__,
+                            retry_in_s=round(delay, 2), pending_outcomes=len(self._done))
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+                self.dirty.set()
+
+    async def claim_free(self) -> bool:
+        """Claim tasks for the free slots and start them; True if every free slot was filled (maybe more)."""
+        free = self.concurrency - len(self.running) if self.claiming and self.types else 0
+        if free <= 0:
+            return False
+        w = self.worker
+        claimed = await task_queue.claim_now(w.engine, queue=self.queue, types=self.types, limit=free, worker=w.id,
+                                             now=w.clock.now(), lease_s=w.config.lease_s,
+                                             per_key_cap=w.config.running_per_key.get(self.queue))
+        for row in claimed:
+            self._spawn(row)
+        return len(claimed) == free
+
+    async def write_outcomes(self) -> None:
+        """One transaction: the progress reports and outcomes gathered since the last one (fenced moves)."""
         done, self._done = self._done, []
         progress, self._progress = self._progress, {}
-        free = self.concurrency - len(self.running) if self.claiming and self.types else 0
-        if not done and not progress and free <= 0:
-            return False
+        if not done and not progress:
+            return
         w = self.worker
         try:
             async with write_transaction(w.engine) as conn:
@@ -279,17 +326,12 @@ class _QueueRunner:
                     await after_moves(conn, moved, now=now, rules=w.config.rules)
                     if any(m.move.to == "queued" for m in moved):
                         await task_queue.notify(conn, [self.queue])
-                claimed = (await task_queue.claim(conn, queue=self.queue, types=self.types, limit=free,
-                                                  worker=w.id, now=now, lease_s=w.config.lease_s,
-                                                  per_key_cap=w.config.running_per_key.get(self.queue))
-                           if free > 0 else [])
         except BaseException:
             self._done = done + self._done
             self._progress = {**progress, **self._progress}
             raise
-        for row in claimed:
-            self._spawn(row)
-        return bool(self._done or self._progress) or (free > 0 and len(claimed) == free)
+        if any(m.to == "queued" for m in done):
+            self.worker.wakeups.poke(self.queue)
 
     def _spawn(self, row: Mapping[Any, Any]) -> None:
         w = self.worker
@@ -308,8 +350,14 @@ class _QueueRunner:
         self.running[record.id] = _Running(ctx, task, row["started_at"], bool(row["repeat_safe"]), loop.time())
 
     def _report(self, ctx: TaskContext) -> None:
+        """Progress is informative: it rides on the next write, or goes out within PROGRESS_DELAY_S."""
         self._progress[ctx.task.id] = ctx
-        self.wake.set()
+        if self._progress_timer is None:
+            self._progress_timer = asyncio.get_running_loop().call_later(PROGRESS_DELAY_S, self._progress_due)
+
+    def _progress_due(self) -> None:
+        self._progress_timer = None
+        self.dirty.set()
 
     async def _execute(self, ctx: TaskContext, ttype: TaskType, *, started_at: float) -> None:
         move: Move | None = None
@@ -339,6 +387,7 @@ class _QueueRunner:
             self.running.pop(ctx.task.id, None)
             if move is not None:
                 self._done.append(move)
+                self.dirty.set()
             self.wake.set()
 
     def _end(self, ctx: TaskContext, outcome: str, started_at: float, error: HearthError | None = None) -> AttemptEnd:
@@ -401,7 +450,7 @@ class _QueueRunner:
         while (self._done or self._progress) and loop.time() < until:
             try:
                 async with asyncio.timeout(max(0.1, until - loop.time())):
-                    await self.cycle()
+                    await self.write_outcomes()
             except Exception as exc:
                 log.warning("task_final_flush_failed", queue=self.queue, error=type(exc).__name__,
                             outcomes=len(self._done))
