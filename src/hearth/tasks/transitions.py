@@ -31,7 +31,7 @@ from hearth.tasks.states import ALLOWED_FROM, TERMINAL, check
 # What a move returns about each task it changed: enough for dead letters and callbacks.
 RETURNED = ("id", "attempt", "task_type", "queue", "caller", "callback_url", "error_code", "failure_stage",
             "replay_of")
-_PG_ARRAY = {"String": "text", "Text": "text", "Integer": "int", "BigInteger": "bigint", "Float": "float8",
+PG_ARRAY_TYPES = {"String": "text", "Text": "text", "Integer": "int", "BigInteger": "bigint", "Float": "float8",
              "Boolean": "bool", "JSON": "text"}
 
 
@@ -183,7 +183,7 @@ async def _bulk_update(conn: AsyncConnection, group: list[Move], *, to: str, fen
 def _array_type(name: str) -> str:
     if name == "id":
         return "text"
-    return _PG_ARRAY[type(tasks.c[name].type).__name__]
+    return PG_ARRAY_TYPES[type(tasks.c[name].type).__name__]
 
 
 def _json_text(value: Any) -> str | None:
