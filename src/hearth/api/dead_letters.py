@@ -20,7 +20,7 @@ router = APIRouter(prefix="/api/v1/ai/dead-letters", tags=["dead letters"], depe
 
 
 @router.get("", summary="Dead letters, newest first (filter by status, severity, task type; keyset `cursor`)")
-async def list_dead_letters(request: Request, status: str | None = None, severity: str | None = None,
+async def list_dead_letters(request: Request, *, status: str | None = None, severity: str | None = None,
                             task_type: str | None = None, cursor: str | None = None, limit: int = 50) -> Response:
     if status is not None and status not in STATUSES:
         raise HearthError("invalid_request", f"`status` is one of {', '.join(STATUSES)}.", param="status")

@@ -98,7 +98,7 @@ async def submit_batch(request: Request) -> Response:
 
 @router.get("/tasks", summary="List tasks (newest first), or changes since `updated_since` (oldest first) for "
             "reconciliation; keyset-paged with `cursor`")
-async def list_tasks(request: Request, state: str | None = None, task_type: str | None = None,
+async def list_tasks(request: Request, *, state: str | None = None, task_type: str | None = None,
                      queue: str | None = None, updated_since: datetime | float | None = None,
                      cursor: str | None = None, limit: int = 50) -> Response:
     viewer = await _viewer(request)
@@ -134,7 +134,7 @@ async def get_result(task_id: str, request: Request) -> Response:
 @router.get("/tasks/{task_id}/events", summary="Server-sent events: every state change and progress report "
             "until the task ends; resumable with `Last-Event-ID` (`?format=json` for one page)",
             responses={200: {"content": {"text/event-stream": {}}}})
-async def task_events(task_id: str, request: Request, format: str = "sse", after: int = 0) -> Response:
+async def task_events(task_id: str, request: Request, *, format: str = "sse", after: int = 0) -> Response:
     service = _service(request)
     await service.get(task_id, caller=await _viewer(request))
     last = _last_event_id(request, after)
@@ -180,7 +180,7 @@ async def redeliver(task_id: str, request: Request) -> Response:
 
 
 @router.get("/callbacks", summary="Callback deliveries (admin): filter by `state` (pending, delivered, gave_up)")
-async def list_deliveries(request: Request, state: str | None = None, task_id: str | None = None,
+async def list_deliveries(request: Request, *, state: str | None = None, task_id: str | None = None,
                           after_id: int | None = None, limit: int = 100) -> Response:
     require_admin(request)
     if not 1 <= limit <= 500:
