@@ -33,7 +33,10 @@ HEAD_REVISION = "0012"  # the newest migration; a test checks it against Alembic
 _MIGRATION_LOCK_ID = 0x4845415254  # "HEART"
 
 
-def create_engine(url: str) -> AsyncEngine:
+def create_engine(url: str, *, pre_ping: bool = True) -> AsyncEngine:
+    """An engine for ``url``. ``pre_ping`` (PostgreSQL) checks each pooled connection with a round trip before
+    use, so the first request after a database restart does not fail; a caller that retries on its own (the
+    task worker's loops) turns it off and saves that round trip on every transaction."""
     if url.startswith("sqlite"):
         _ensure_sqlite_dir(url)
         engine = create_async_engine(url, connect_args={"timeout": 30})
@@ -48,7 +51,7 @@ def create_engine(url: str) -> AsyncEngine:
             cur.close()
 
         return engine
-    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=pre_ping)
 
 
 _write_lanes: WeakKeyDictionary[Engine, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = WeakKeyDictionary()

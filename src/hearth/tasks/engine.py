@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.settings import Settings
+from hearth.store.db import create_engine
 from hearth.tasks.callbacks import CallbackPolicy, CallbackSender
 from hearth.tasks.dead_letters import SEVERITIES, SeverityRule
 from hearth.tasks.notify import Wakeups
@@ -43,6 +44,8 @@ class TaskEngine:
     async def stop(self) -> None:
         if self.worker is not None:
             await self.worker.stop()
+            if self.worker.engine is not self.service.engine:
+                await self.worker.engine.dispose()
         if self.sender is not None:
             await self.sender.stop()
 
@@ -78,7 +81,10 @@ def build_task_engine(settings: Settings, engine: AsyncEngine, types: TaskTypes,
         config = WorkerConfig(queues=queues, lease_s=settings.task_lease_s, heartbeat_s=settings.task_heartbeat_s,
                               poll_s=settings.task_poll_s, reap_s=settings.task_reap_s, grace_s=settings.task_grace_s,
                               rules=rules, default_retry=retry, running_per_key=settings.task_user_max_running)
-        worker = Worker(engine, types, services, config, wakeups=wakeups, database_url=settings.database_url)
+        # On PostgreSQL the worker has its own pool without pre-ping: its loops retry a failed transaction anyway,
+        # and a claim or a write saves a round trip. (SQLite keeps one engine: its write lane is per engine.)
+        worker_engine = engine if settings.is_sqlite else create_engine(settings.database_url, pre_ping=False)
+        worker = Worker(worker_engine, types, services, config, wakeups=wakeups, database_url=settings.database_url)
         policy = CallbackPolicy(signing_key=settings.callback_signing_key, max_attempts=settings.callback_max_attempts)
         sender = CallbackSender(engine, session, policy, guard=guard, view=lambda row: task_view(row, with_result=True))
     return TaskEngine(service=service, worker=worker, sender=sender)
