@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sqlalchemy import bindparam, text
+from sqlalchemy import Table, bindparam, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import BindParameter
 
@@ -96,15 +96,31 @@ async def apply(conn: AsyncConnection, moves: Sequence[Move], *, now: float) -> 
                 if row is not None:
                     moved.append(Moved(move, row))
     await record_events(conn, [_event(m.move, m.row["attempt"], now) for m in moved])
-    ends = [_attempt_row(m.move, m.row["attempt"], now) for m in moved if m.move.ended is not None]
-    if ends:
-        await conn.execute(task_attempts.insert(), ends)
+    await insert_rows(conn, task_attempts, [_attempt_row(m.move, m.row["attempt"], now)
+                                            for m in moved if m.move.ended is not None])
     return moved
 
 
 async def record_events(conn: AsyncConnection, events: Sequence[Mapping[Any, Any]]) -> None:
-    if events:
-        await conn.execute(task_events.insert(), list(events))
+    await insert_rows(conn, task_events, events)
+
+
+async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[Mapping[Any, Any]]) -> None:
+    """Insert ``rows`` (dicts with the same keys); on PostgreSQL several at once as one ``INSERT … SELECT FROM
+    unnest(arrays)`` — a batch's parameters go as one array per column, not one bind per value."""
+    if not rows:
+        return
+    if conn.dialect.name != "postgresql" or len(rows) == 1:
+        await conn.execute(table.insert(), list(rows))
+        return
+    names = list(rows[0])
+    json_cols = {n for n in names if type(table.c[n].type).__name__ == "JSON"}
+    arrays = ", ".join(f"CAST(:a_{n} AS {PG_ARRAY_TYPES[type(table.c[n].type).__name__]}[])" for n in names)
+    picked = ", ".join(f"CAST(v.{n} AS json)" if n in json_cols else f"v.{n}" for n in names)
+    sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {picked} FROM unnest({arrays}) "
+           f"AS v({', '.join(names)})")
+    params = {f"a_{n}": [_json_text(r[n]) for r in rows] if n in json_cols else [r[n] for r in rows] for n in names}
+    await conn.execute(text(sql), params)
 
 
 def state_event(task_id: str, state: str, *, attempt: int, now: float, progress: int | None = None,
