@@ -31,7 +31,7 @@ from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import task_events, tasks
-from hearth.tasks.transitions import PG_ARRAY_TYPES, record_events, state_event
+from hearth.tasks.transitions import record_events, state_event, unnest_source
 
 log = get_logger("hearth.tasks.queue")
 
@@ -89,19 +89,11 @@ async def _insert_pg(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, n
     """The tasks, their first events and the queues' notifications in one statement (arrays, not rows of
     parameters: a batch of 1,000 costs one round trip and no per-row parameter handling)."""
     names = [c.name for c in tasks.columns]
-    json_cols = {c.name for c in tasks.columns if type(c.type).__name__ == "JSON"}
-    arrays = ", ".join(f"CAST(:a_{n} AS {PG_ARRAY_TYPES[type(tasks.c[n].type).__name__]}[])" for n in names)
-    picked = ", ".join(f"CAST(v.{n} AS json)" if n in json_cols else f"v.{n}" for n in names)
-    sql = (f"WITH ins AS (INSERT INTO tasks ({', '.join(names)}) SELECT {picked} FROM unnest({arrays}) "
-           f"AS v({', '.join(names)}) RETURNING id, state), "
+    source, params = unnest_source(tasks, [{n: r.get(n) for n in names} for r in rows])
+    sql = (f"WITH ins AS (INSERT INTO tasks ({', '.join(names)}) {source} RETURNING id, state), "
            "ev AS (INSERT INTO task_events (task_id, at, kind, state, attempt) SELECT id, :now, 'state', state, 0 "
            "FROM ins) SELECT pg_notify(:channel, q) FROM unnest(CAST(:queues AS text[])) AS q")
-    params: dict[str, Any] = {"now": now, "channel": NOTIFY_CHANNEL, "queues": list(queues)}
-    for n in names:
-        values = [r.get(n) for r in rows]
-        params[f"a_{n}"] = [None if v is None else orjson.dumps(v).decode() for v in values] if n in json_cols \
-            else values
-    await conn.execute(text(sql), params)
+    await conn.execute(text(sql), {**params, "now": now, "channel": NOTIFY_CHANNEL, "queues": list(queues)})
 
 
 async def _lock_queue(conn: AsyncConnection, queue: str) -> None:
@@ -165,7 +157,8 @@ def _chunks(items: list[str], size: int) -> list[list[str]]:
 
 async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limit: int, worker: str, now: float,
                 lease_s: float, per_key_cap: int | None = None) -> Sequence[Mapping[Any, Any]]:
-    """Move up to ``limit`` due tasks of ``queue`` (of the given types) to ``running`` for ``worker``.
+    """Move up to ``limit`` due tasks of ``queue`` (of the given types) to ``running`` for ``worker``, in the
+    caller's transaction (SQLite, or a capped queue; :func:`claim_now` is the entry point).
 
     With ``per_key_cap``, no fair key (user, tenant or caller) gets more than that many tasks running in the
     queue: claims of a capped queue take the queue's lock (so two workers cannot both fill the last slot of
@@ -176,22 +169,12 @@ async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limi
     if per_key_cap is not None:
         return await _claim_capped(conn, queue=queue, types=types, limit=limit, worker=worker, now=now,
                                    lease_s=lease_s, cap=per_key_cap)
-    params = {"queue": queue, "types": list(types), "n": limit, "worker": worker, "now": now,
-              "lease": now + lease_s}
-    sets = _CLAIM_SET
-    order = _ORDER
-    if conn.dialect.name == "postgresql":
-        sql = (f"WITH picked AS (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued' AND run_after <= :now"
-               f" AND task_type = ANY(:types) {order} FOR UPDATE SKIP LOCKED) "
-               f"UPDATE tasks AS t SET {sets.replace('attempt + 1', 't.attempt + 1')} FROM picked "
-               f"WHERE t.id = picked.id RETURNING {', '.join('t.' + c for c in CLAIMED)}")
-        rows = (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
-    else:
-        marks = ", ".join(f":t{i}" for i in range(len(types)))
-        params.update({f"t{i}": t for i, t in enumerate(types)})
-        sql = (f"UPDATE tasks SET {sets} WHERE id IN (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued'"
-               f" AND run_after <= :now AND task_type IN ({marks}) {order}) RETURNING {', '.join(CLAIMED)}")
-        rows = (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
+    params: dict[str, Any] = {"queue": queue, "n": limit, "worker": worker, "now": now, "lease": now + lease_s}
+    marks = ", ".join(f":t{i}" for i in range(len(types)))
+    params.update({f"t{i}": t for i, t in enumerate(types)})
+    sql = (f"UPDATE tasks SET {_CLAIM_SET} WHERE id IN (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued'"
+           f" AND run_after <= :now AND task_type IN ({marks}) {_ORDER}) RETURNING {', '.join(CLAIMED)}")
+    rows = (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
     await record_events(conn, [state_event(r["id"], "running", attempt=r["attempt"], now=now,
                                            detail={"worker": worker}) for r in rows])
     return rows

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import BindParameter
 
 from hearth.store.tables import task_attempts, task_events, tasks
-from hearth.tasks.states import ALLOWED_FROM, TERMINAL, check
+from hearth.tasks.states import ALLOWED_FROM, TERMINAL, IllegalTransition
 
 # What a move returns about each task it changed: enough for dead letters and callbacks.
 RETURNED = ("id", "attempt", "task_type", "queue", "caller", "callback_url", "error_code", "failure_stage",
@@ -80,7 +80,7 @@ async def apply(conn: AsyncConnection, moves: Sequence[Move], *, now: float) -> 
     """Write ``moves``; return those whose guard matched (the others were stale or illegal right now)."""
     for move in moves:
         if move.to not in ALLOWED_FROM:
-            check("?", move.to)
+            raise IllegalTransition(f"no task state {move.to!r}")
     groups: dict[tuple[str, bool, tuple[str, ...], frozenset[str] | None], list[Move]] = {}
     for move in moves:
         key = (move.to, move.attempt is not None, tuple(sorted(move.values)), move.only_from)
@@ -113,14 +113,19 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[Mappin
     if conn.dialect.name != "postgresql" or len(rows) == 1:
         await conn.execute(table.insert(), list(rows))
         return
+    source, params = unnest_source(table, rows)
+    await conn.execute(text(f"INSERT INTO {table.name} ({', '.join(rows[0])}) {source}"), params)
+
+
+def unnest_source(table: Table, rows: Sequence[Mapping[Any, Any]]) -> tuple[str, dict[str, Any]]:
+    """``SELECT … FROM unnest(arrays)`` producing ``rows`` (dicts with the same keys, in column order of the
+    first) as ``table``'s column types, and its parameters: one array per column (JSON as text)."""
     names = list(rows[0])
     json_cols = {n for n in names if type(table.c[n].type).__name__ == "JSON"}
     arrays = ", ".join(f"CAST(:a_{n} AS {PG_ARRAY_TYPES[type(table.c[n].type).__name__]}[])" for n in names)
     picked = ", ".join(f"CAST(v.{n} AS json)" if n in json_cols else f"v.{n}" for n in names)
-    sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {picked} FROM unnest({arrays}) "
-           f"AS v({', '.join(names)})")
     params = {f"a_{n}": [_json_text(r[n]) for r in rows] if n in json_cols else [r[n] for r in rows] for n in names}
-    await conn.execute(text(sql), params)
+    return f"SELECT {picked} FROM unnest({arrays}) AS v({', '.join(names)})", params
 
 
 def state_event(task_id: str, state: str, *, attempt: int, now: float, progress: int | None = None,
