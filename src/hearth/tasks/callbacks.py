@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import callback_deliveries, tasks
+from hearth.tasks.retry import jittered_backoff_s
 
 log = get_logger("hearth.tasks.callbacks")
 
@@ -77,8 +77,7 @@ async def check_callback_url(guard: AddressGuard, url: str) -> None:
 
 
 def backoff_s(attempts: int, policy: CallbackPolicy) -> float:
-    ceiling = min(policy.max_delay_s, policy.base_delay_s * 2 ** max(0, attempts - 1))
-    return random.uniform(ceiling / 2, ceiling)
+    return jittered_backoff_s(attempts, base_s=policy.base_delay_s, max_s=policy.max_delay_s)
 
 
 async def redeliver(conn: AsyncConnection, task_id: str, *, now: float) -> int:

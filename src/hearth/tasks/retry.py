@@ -98,10 +98,16 @@ def decide(error: BaseException, *, attempt: int, max_attempts: int, policy: Ret
     return Decision(verdict, backoff_s(error, attempt=attempt, policy=policy, rng=rng), reason)
 
 
+def jittered_backoff_s(attempt: int, *, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter: between half and all of ``base_s × 2^(attempt−1)``, at most ``max_s``
+    (task retries and callback deliveries alike)."""
+    ceiling = min(max_s, base_s * 2 ** max(0, attempt - 1))
+    return (rng or random).uniform(ceiling / 2, ceiling)
+
+
 def backoff_s(error: BaseException, *, attempt: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
     """Exponential backoff with full jitter, never shorter than the upstream's ``Retry-After``."""
-    ceiling = min(policy.max_delay_s, policy.base_delay_s * 2 ** max(0, attempt - 1))
-    delay = (rng or random).uniform(ceiling / 2, ceiling)
+    delay = jittered_backoff_s(attempt, base_s=policy.base_delay_s, max_s=policy.max_delay_s, rng=rng)
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:
         delay = max(delay, min(float(retry_after), policy.max_delay_s))
