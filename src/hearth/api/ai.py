@@ -27,14 +27,13 @@ from hearth.api.ai_schemas import (
 from hearth.api.call_limits import caller_timeout_s
 from hearth.api.deps import authenticated_body, client_ip, request_id, runtime
 from hearth.api.envelope import ok
-from hearth.api.event_stream import EventStreamResponse
+from hearth.api.event_stream import EventStreamResponse, last_event_id
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object, parse_model
 from hearth.capabilities.chat import ChatOptions, chat_key, chat_once, chat_stream
 from hearth.capabilities.requests import call_from_body
 from hearth.capabilities.service import Capabilities, CapabilityCall
 from hearth.capabilities.sources import SourceLimits, read_input
-from hearth.errors import HearthError
 
 B = TypeVar("B", bound=CapabilityRequest)
 router = APIRouter(prefix="/api/v1/ai", tags=["capabilities"], responses=AI_ERROR_RESPONSES)
@@ -116,15 +115,5 @@ async def chat(request: Request) -> Response:
         result = await chat_once(service, call, rt.prompts.snapshot, key=key, options=options)
         return ok(request, result.data)
     stream = await chat_stream(service, call, rt.prompts.snapshot, key=key,
-                               last_event_id=_last_event_id(request), options=options)
+                               last_event_id=last_event_id(request), options=options)
     return EventStreamResponse(stream)
-
-
-def _last_event_id(request: Request) -> int:
-    raw = request.headers.get("last-event-id")
-    if raw is None or raw == "":
-        return 0
-    if not raw.isdigit() or len(raw) > 9:
-        raise HearthError("invalid_request", "`Last-Event-ID` must be the id of an event this stream sent.",
-                          param="Last-Event-ID")
-    return int(raw)

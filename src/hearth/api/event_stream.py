@@ -280,3 +280,15 @@ def _error_event(exc: BaseException) -> bytes:
     known = _known_error(exc)
     body = known.body if isinstance(known, UpstreamHTTPError) else known.openai_body()
     return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def last_event_id(request: Request, *, default: int = 0, max_digits: int = 9) -> int:
+    """The ``Last-Event-ID`` a reconnecting SSE client sends (``default`` without one); 400 if it is not an
+    event id of this stream (digits, at most ``max_digits``)."""
+    raw = request.headers.get("last-event-id")
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or len(raw) > max_digits:
+        raise HearthError("invalid_request", "`Last-Event-ID` must be the id of an event this stream sent.",
+                          param="Last-Event-ID")
+    return int(raw)

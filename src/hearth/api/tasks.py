@@ -24,7 +24,7 @@ from hearth.api.deps import (
     runtime,
 )
 from hearth.api.envelope import ok
-from hearth.api.event_stream import EventStreamResponse
+from hearth.api.event_stream import EventStreamResponse, last_event_id
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object, parse_model
 from hearth.api.task_events import TaskEventFrames
@@ -137,23 +137,13 @@ async def get_result(task_id: str, request: Request) -> Response:
 async def task_events(task_id: str, request: Request, *, format: str = "sse", after: int = 0) -> Response:
     service = _service(request)
     await service.get(task_id, caller=await _viewer(request))
-    last = _last_event_id(request, after)
+    last = last_event_id(request, default=max(0, after), max_digits=18)  # task event ids are 64-bit
     if format == "json":
         return ok(request, {"events": [event_view(e) for e in await service.events(task_id, after_id=last)]})
     if format != "sse":
         raise HearthError("invalid_request", "`format` is `sse` or `json`.", param="format")
     s = runtime(request).settings
     return EventStreamResponse(TaskEventFrames(service, task_id, after=last, heartbeat_s=s.sse_heartbeat_s))
-
-
-def _last_event_id(request: Request, after: int) -> int:
-    raw = request.headers.get("last-event-id")
-    if raw is None or raw == "":
-        return max(0, after)
-    if not raw.isdigit() or len(raw) > 18:
-        raise HearthError("invalid_request", "`Last-Event-ID` must be the id of an event this stream sent.",
-                          param="Last-Event-ID")
-    return int(raw)
 
 
 @router.post("/tasks/{task_id}/cancel", summary="Cancel: `killed` at once if not running; a running task stops at "
