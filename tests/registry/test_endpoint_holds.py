@@ -289,7 +289,7 @@ async def test_listing_shows_an_endpoint_of_a_disabled_provider_as_disabled(
 # --------------------------------------------------------------------------- rows disabled before 0006
 
 
-async def test_rows_disabled_by_an_older_version_are_classified_by_their_reason(database_url: str) -> None:
+async def test_rows_disabled_by_an_older_version_are_classified_by_their_reason(empty_database_url: str) -> None:
     """A credential failure recorded before ``disabled_by`` existed is held after the upgrade as well."""
     from alembic import command
     from sqlalchemy import text
@@ -297,7 +297,7 @@ async def test_rows_disabled_by_an_older_version_are_classified_by_their_reason(
 
     from hearth.store.db import alembic_config
 
-    engine = create_engine(database_url)
+    engine = create_engine(empty_database_url)
     try:
         def upgrade_to(revision: str) -> Any:
             def run(conn: Connection) -> None:

@@ -18,8 +18,8 @@ def _upgrade_to(revision: str) -> Any:
     return run
 
 
-async def test_0008_keeps_existing_rows_and_gives_them_the_defaults(database_url: str) -> None:
-    engine = create_engine(database_url)
+async def test_0008_keeps_existing_rows_and_gives_them_the_defaults(empty_database_url: str) -> None:
+    engine = create_engine(empty_database_url)
     try:
         async with engine.begin() as conn:
             await conn.run_sync(_upgrade_to("0007"))

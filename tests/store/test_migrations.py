@@ -23,8 +23,8 @@ async def alembic_versions(engine: AsyncEngine) -> list[str]:
         return list((await conn.execute(text("SELECT version_num FROM alembic_version"))).scalars())
 
 
-async def test_migrate_creates_every_table(database_url: str) -> None:
-    engine = create_engine(database_url)
+async def test_migrate_creates_every_table(empty_database_url: str) -> None:
+    engine = create_engine(empty_database_url)
     try:
         await migrate(engine)
         assert set(metadata.tables) | {"alembic_version"} <= await table_names(engine)
@@ -33,8 +33,8 @@ async def test_migrate_creates_every_table(database_url: str) -> None:
         await engine.dispose()
 
 
-async def test_migrating_twice_is_a_noop(database_url: str) -> None:
-    engine = create_engine(database_url)
+async def test_migrating_twice_is_a_noop(empty_database_url: str) -> None:
+    engine = create_engine(empty_database_url)
     try:
         await migrate(engine)
         async with engine.begin() as conn:
@@ -49,8 +49,8 @@ async def test_migrating_twice_is_a_noop(database_url: str) -> None:
         await engine.dispose()
 
 
-async def test_concurrent_migrations_on_a_fresh_postgres_database_all_succeed(postgres_url: str) -> None:
-    engines = [create_engine(postgres_url) for _ in range(4)]
+async def test_concurrent_migrations_on_a_fresh_postgres_database_all_succeed(empty_postgres_url: str) -> None:
+    engines = [create_engine(empty_postgres_url) for _ in range(4)]
     try:
         results = await asyncio.gather(*(migrate(e) for e in engines), return_exceptions=True)
         assert [r for r in results if isinstance(r, BaseException)] == []
