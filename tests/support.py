@@ -82,24 +82,28 @@ def reservation_tokens() -> int:
 
 
 async def ledger_summary(database_url: str) -> dict[str, Any]:
-    """The budget ledger read back: reservations, settlements, what is charged, open and spent, duplicates."""
+    """The budget ledger read back: reservations and settlements by (reservation id, counter), how many
+    calls they cover, what is charged, open and spent, and duplicates."""
     engine = create_engine(database_url)
+    c = budget_ledger.c
     try:
         async with engine.connect() as conn:
             rows = (await conn.execute(select(budget_ledger))).mappings().all()
             dupes = (await conn.execute(
-                select(budget_ledger.c.call_id, budget_ledger.c.kind, func.count())
-                .group_by(budget_ledger.c.call_id, budget_ledger.c.kind).having(func.count() > 1))).all()
+                select(c.call_id, c.counter_key, c.kind, func.count())
+                .group_by(c.call_id, c.counter_key, c.kind).having(func.count() > 1))).all()
     finally:
         await engine.dispose()
     # A ``call`` row is a reservation (amount + refund) and its settlement (amount) in one.
-    reserves = {r["call_id"]: r["amount"] + (r["refund"] if r["kind"] == "call" else 0)
+    reserves = {(r["call_id"], r["counter_key"]): r["amount"] + (r["refund"] if r["kind"] == "call" else 0)
                 for r in rows if r["kind"] in ("reserve", "call")}
-    settles = {r["call_id"]: r for r in rows if r["kind"] in ("settle", "call")}
+    settles = {(r["call_id"], r["counter_key"]): r for r in rows if r["kind"] in ("settle", "call")}
     charged = sum(r["amount"] for r in settles.values())
-    open_reserved = sum(a for cid, a in reserves.items() if cid not in settles)
+    open_reserved = sum(a for key, a in reserves.items() if key not in settles)
     return {"reserves": reserves, "settles": settles, "charged": charged, "open": open_reserved,
-            "spend": charged + open_reserved, "duplicates": dupes}
+            "spend": charged + open_reserved, "duplicates": dupes,
+            "reserved_calls": sum(r["calls"] for r in rows if r["kind"] in ("reserve", "call")),
+            "settled_calls": sum(r["calls"] for r in rows if r["kind"] in ("settle", "call"))}
 
 
 # --------------------------------------------------------------------------- signed requests

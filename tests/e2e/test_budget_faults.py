@@ -260,21 +260,24 @@ def plain_dsn(database_url: str) -> str:
 
 
 async def ledger_of(database_url: str, budget: str) -> dict[str, Any]:
-    """The ledger's view of one budget, with the semantics of ``tests.gateway.test_budgets.ledger_summary``."""
+    """The ledger's view of one budget, with the semantics of ``tests.support.ledger_summary``: rows
+    are reservations of groups of calls (``calls`` says how many) and their settlements."""
     conn = await asyncpg.connect(plain_dsn(database_url), timeout=5)
     try:
-        rows = await conn.fetch("SELECT call_id, counter_key, kind, amount, refund FROM budget_ledger "
+        rows = await conn.fetch("SELECT call_id, counter_key, kind, amount, refund, calls FROM budget_ledger "
                                 "WHERE budget = $1", budget, timeout=5)
     finally:
         await conn.close()
-    reserves = {r["call_id"]: r["amount"] + (r["refund"] if r["kind"] == "call" else 0)
+    reserves = {(r["call_id"], r["counter_key"]): r["amount"] + (r["refund"] if r["kind"] == "call" else 0)
                 for r in rows if r["kind"] in ("reserve", "call")}
-    settles = {r["call_id"]: r["amount"] for r in rows if r["kind"] in ("settle", "call")}
+    settles = {(r["call_id"], r["counter_key"]): r["amount"] for r in rows if r["kind"] in ("settle", "call")}
     charged = sum(settles.values())
-    open_reserved = sum(a for cid, a in reserves.items() if cid not in settles)
+    open_reserved = sum(a for key, a in reserves.items() if key not in settles)
     dupes = [k for k, n in Counter((r["call_id"], r["counter_key"], r["kind"]) for r in rows).items() if n > 1]
-    return {"reserves": len(reserves), "settles": len(settles), "charged": charged, "open": open_reserved,
-            "spend": charged + open_reserved, "duplicates": dupes}
+    return {"reserves": sum(r["calls"] for r in rows if r["kind"] in ("reserve", "call")),
+            "reserved": sum(reserves.values()),
+            "settles": sum(r["calls"] for r in rows if r["kind"] in ("settle", "call")),
+            "charged": charged, "open": open_reserved, "spend": charged + open_reserved, "duplicates": dupes}
 
 
 async def counters_agree(http: httpx.AsyncClient, gateway: HearthProcess, database_url: str, caller: str,
@@ -365,9 +368,9 @@ def check_upstream_and_answers(checks: Checks, fake: CountingUpstream, ledger: d
                  f"{limit_tokens()}-token budget (at most {affordable_calls()} calls fit)")
     checks.check(ok * call_cost() <= limit_tokens(), f"(4) {ok} budgeted calls answered 200, at most "
                                                      f"{affordable_calls()} fit the budget")
-    checks.check(ledger["reserves"] >= reached,
-                 f"(1) the ledger holds {ledger['reserves']} reservations for {reached} calls that reached the "
-                 f"upstream: calls ran without a durable reservation")
+    checks.check(ledger["reserves"] >= reached and ledger["reserved"] >= reached * call_cost(),
+                 f"(1) the ledger holds reservations for {ledger['reserves']} calls ({ledger['reserved']} tokens) for "
+                 f"{reached} calls that reached the upstream: calls ran without a durable reservation")
     checks.check(ledger["spend"] <= limit_tokens(),
                  f"(1) the ledger records {ledger['spend']} tokens spent on a {limit_tokens()}-token budget")
     checks.check(not ledger["duplicates"], f"ledger has duplicate rows: {ledger['duplicates'][:5]}")

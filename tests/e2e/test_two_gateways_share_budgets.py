@@ -47,7 +47,7 @@ async def test_500_parallel_requests_across_two_processes_never_overspend(
     assert fake.stats.requests == len(ok)
     ledger = await ledger_summary(postgres_url)
     assert ledger["duplicates"] == []
-    assert len(ledger["settles"]) == len(ok)
+    assert ledger["settled_calls"] == len(ok)
     assert ledger["spend"] <= limit_micro
 
     assert used_before == ledger["spend"] / 1e6
@@ -84,7 +84,7 @@ async def test_counters_are_rebuilt_from_the_ledger_when_redis_lost_them(
         gw.stop()
     assert codes[-1] == 429 and set(codes[:-1]) == {200} and len(codes) >= 4, codes
     ledger = await ledger_summary(postgres_url)
-    assert len(ledger["settles"]) == len(codes) - 1, ledger
+    assert ledger["settled_calls"] == len(codes) - 1, ledger
     client = redis.Redis.from_url(REDIS_URL)
     client.delete(*list(client.scan_iter(match=redis_prefix + "*")))  # Redis lost everything
     gw = processes.start(tmp_path, env, name="gw2")

@@ -56,7 +56,7 @@ async def test_500_parallel_requests_never_overspend_and_each_call_is_charged_on
     await _flushed(server)
     ledger = await ledger_summary(database_url)
     assert ledger["duplicates"] == []
-    assert len(ledger["settles"]) == len(ok) == len(ledger["reserves"])
+    assert ledger["settled_calls"] == len(ok) == ledger["reserved_calls"]  # every call reserved and settled once
     assert ledger["spend"] <= limit_micro
     status = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
     daily = next(i for i in status if i["budget"] == "daily")
@@ -164,7 +164,7 @@ async def test_an_overrun_is_charged_in_full_and_alerted(fake, hearth_server, ht
     summary = await ledger_summary(server.settings.database_url)
     assert summary["charged"] == billed
     (settle,) = summary["settles"].values()
-    assert settle["overrun"] == billed - (summary["reserves"][settle["call_id"]])
+    assert settle["overrun"] == billed - (summary["reserves"][(settle["call_id"], settle["counter_key"])])
     items = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
     assert items[0]["used"] == billed and items[0]["spent"] == billed
     assert any(rec.message == "budget_overrun" or "budget_overrun" in rec.getMessage() for rec in caplog.records)

@@ -24,7 +24,7 @@ from sqlalchemy import event, select
 
 from hearth.auth.signing import signed_headers
 from hearth.gateway.budget import Applicable, reservation_charges
-from hearth.gateway.budget_ledger import BudgetLedger
+from hearth.gateway.budget_ledger import BudgetLedger, Charge
 from hearth.gateway.caller_admission import AdmissionLimits, CallerAdmission, CallerGrant, admit_caller, finish_caller
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.registry.snapshot import Budget, Endpoint, Model, QuotaGroup, Registry
@@ -155,7 +155,7 @@ async def test_governed_calls_release_everything_and_count_rpm_once_per_scope(
     await _flushed(server)
     ledger = await ledger_summary(db)
     assert ledger["duplicates"] == [] and ledger["open"] == 0
-    assert len(ledger["reserves"]) == len(ledger["settles"]) == total
+    assert ledger["reserved_calls"] == ledger["settled_calls"] == total  # in fewer rows: groups
     assert ledger["charged"] == total * _actual_tokens()
 
 
@@ -232,7 +232,7 @@ async def test_failover_from_a_500_first_choice_frees_both_endpoints_and_charges
     await _flushed(server)
     ledger = await ledger_summary(db)
     assert ledger["duplicates"] == [] and ledger["open"] == 0
-    assert len(ledger["reserves"]) == len(ledger["settles"]) == 1
+    assert ledger["reserved_calls"] == ledger["settled_calls"] == len(ledger["settles"]) == 1
     assert ledger["charged"] == _actual_tokens()
     items = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
     daily = next(i for i in items if i["budget"] == "daily")
@@ -474,20 +474,23 @@ async def test_stopping_the_ledger_during_a_commit_loses_no_row(tmp_path: Path):
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/ledger.db")
     await migrate(engine)
     committing = asyncio.Event()
-
-    @event.listens_for(engine.sync_engine, "commit")
-    def _on_commit(_conn: Any) -> None:
-        committing.set()
-
     try:
         ledger = BudgetLedger(engine, MemoryState(), flush_s=0.01)
-        ledger.settled("c1", "daily", "daily|c|c|total", 100, refund=0, overrun=0)
+        first = await ledger.reserve("c1", (Charge("daily", "daily|c|c|total", 100),), deadline=time.monotonic() + 30)
+        second = await ledger.reserve("c2", (Charge("daily", "daily|c|c|total", 200),), deadline=time.monotonic() + 30)
+
+        @event.listens_for(engine.sync_engine, "commit")
+        def _on_commit(_conn: Any) -> None:
+            committing.set()
+
+        first.settle((100,), epoch="")
         ledger.start()
         await asyncio.wait_for(committing.wait(), 5)  # the writer's COMMIT is on its way
-        ledger.settled("c2", "daily", "daily|c|c|total", 200, refund=0, overrun=0)  # a call settled meanwhile
+        second.settle((200,), epoch="")  # a call settled meanwhile
         await asyncio.wait_for(ledger.stop(), 40)  # what a graceful shutdown does
         async with engine.connect() as conn:
-            written = sorted(r.call_id for r in (await conn.execute(select(budget_ledger))).all())
-        assert written == ["c1", "c2"] and ledger.backlog == 0
+            written = sorted((r.kind, r.amount) for r in (await conn.execute(select(budget_ledger))).all())
+        assert written == [("reserve", 100), ("reserve", 200), ("settle", 100), ("settle", 200)]
+        assert ledger.backlog == 0
     finally:
         await engine.dispose()

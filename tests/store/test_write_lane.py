@@ -41,8 +41,8 @@ async def impatient_sqlite(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 
 
 def _row(i: int) -> dict[str, Any]:
-    return {"call_id": f"call-{i}", "budget": "b", "counter_key": "k", "kind": "reserve", "amount": i,
-            "refund": 0, "overrun": 0, "created_at": datetime.now(UTC)}
+    return {"call_id": f"call-{i}", "budget": "b", "counter_key": "k", "kind": "reserve", "calls": 1,
+            "amount": i, "refund": 0, "overrun": 0, "created_at": datetime.now(UTC)}
 
 
 async def _writers(engine: AsyncEngine, begin: Any, n: int = 12) -> list[BaseException | None]:

@@ -1,9 +1,19 @@
 """The budget ledger writer: the database's authoritative record of every reservation and settlement.
 
 **Reservations are durable before the model is called.** :meth:`BudgetLedger.reserve` returns only
-once the call's ``reserve`` rows are committed. Concurrent reservations share one transaction (group
+once the call's reservation is committed. Concurrent reservations share one transaction (group
 commit: a commit starts as soon as one is waiting, and everything that arrives while it runs goes
 into the next one), so under load the cost is a short wait, not a transaction per call.
+
+**One row per counter per group, not per call.** The calls of one commit that were admitted under the
+same state-backend epoch form a *reservation group*: it writes one ``reserve`` row per budget counter
+(``call_id`` is the group's id, ``amount`` the sum of its calls' reservations, ``calls`` how many), and
+one ``settle`` row per counter once every call in it has ended (``amount`` the sum charged, ``refund``
+and ``overrun`` the sums of the calls' own). The ledger's totals per counter are exactly what one row
+per call would give — a rebuild of the counters stays exact — at a fraction of the rows: at
+concurrency 64 a commit carries tens of calls, and a budgeted call paid for four ledger rows of its own.
+Each call holds a :class:`Reservation` (its share) and ends it exactly once: settled with its real
+cost, left spent (the safe side: its state-backend reservation was not refunded), or refunded.
 
 **The reservation window** makes rebuilding the state backend's counters from the ledger exact
 without asking the backend about every call. An admission a lost backend took ran before the loss;
@@ -13,17 +23,18 @@ window of its admission's send (the ``deadline``; nearly all of them) is certain
 rebuild, and its call proceeds at once. One committed later (a slow database, an overloaded process)
 is checked against the backend's epoch: unchanged — no rebuild has read the ledger yet, and any later
 one sees the row; changed — the row counts only if its id is at most the new epoch's ``mark``, else
-the call is refused (:class:`ReservationSuperseded`) and the reservation refunded in the ledger (the
+the call is refused (:class:`ReservationSuperseded`) and its share refunded in the ledger (the
 rebuilt counters never held it). A commit not seen at all within ``commit_timeout_s`` may still land,
-so it stays spent (the sweeper closes it as spent, as the counters hold it).
+so its share stays spent (and a group whose commit failed uncertainly is closed as spent by the sweeper).
 
 **Settlements are asynchronous** (a batch every ``flush_s``): a settlement that is lost (the process
-died) leaves its reservation spent, the safe side; the sweeper (:mod:`hearth.gateway.budget_balances`)
+died) leaves its group's reservation spent, the safe side; the sweeper (:mod:`hearth.gateway.budget_balances`)
 closes such reservations as spent after the lease TTL. A row the database refuses goes to
 ``dead_rows`` (:func:`~hearth.store.batch_insert.insert_isolating`); the writer never stops for one row.
-A settlement remembers the state-backend epoch it was applied under: if the backend lost its data and
-the rebuild read the ledger before the settlement was committed (its id is above the epoch's
-``mark``), its refund is re-applied to the rebuilt counters. This module owns writes to ``budget_ledger``.
+A settlement remembers the state-backend epoch each share's refund was applied under: if the backend
+lost its data and the rebuild read the ledger before the settlement was committed (its id is above the
+epoch's ``mark``), those refunds are re-applied to the rebuilt counters. This module owns writes to
+``budget_ledger``.
 """
 
 from __future__ import annotations
@@ -32,13 +43,14 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.state.base import Epoch, StateBackend, StateUnavailable
 from hearth.store.batch_insert import insert_isolating
@@ -71,9 +83,83 @@ class Charge:
 
 
 @dataclass(slots=True)
+class _Counter:
+    """One budget counter's part of a group: what its calls reserved, and (as they end) were charged."""
+
+    budget: str
+    reserved: int = 0
+    calls: int = 0
+    charged: int = 0
+    refund: int = 0
+    overrun: int = 0
+    reapply: dict[str, int] = field(default_factory=dict)  # epoch → refunds applied under it (charged − reserved)
+
+
+class _Group:
+    """The calls of one commit admitted under one epoch: one ledger row per counter for all of them."""
+
+    __slots__ = ("closed", "counters", "epoch", "failed", "id", "open", "superseded", "written")
+
+    def __init__(self, epoch: str) -> None:
+        self.id = "g-" + new_id()
+        self.epoch = epoch
+        self.counters: dict[str, _Counter] = {}
+        self.open = 0  # shares not yet ended
+        self.written = False  # the reserve rows are committed
+        self.failed = False  # the commit failed: no settlement is ever written (the sweeper closes what landed)
+        self.superseded = False  # committed after a rebuild that did not count it: its refunds are not re-applied
+        self.closed = False  # its settlement is queued
+
+
+class Reservation:
+    """One call's share of a reservation group, ended exactly once (the first way that reaches it wins)."""
+
+    __slots__ = ("_ended", "_ledger", "call_id", "charges", "group")
+
+    def __init__(self, ledger: BudgetLedger, group: _Group, call_id: str, charges: tuple[Charge, ...]) -> None:
+        self._ledger = ledger
+        self.group = group
+        self.call_id = call_id
+        self.charges = charges
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def settle(self, charged: tuple[int, ...], *, epoch: str) -> None:
+        """The state backend applied this call's settlement under ``epoch``: ``charged`` is its real cost
+        per charge — more than reserved when it overran, never capped."""
+        self._end(charged, epoch)
+
+    def spent(self) -> None:
+        """The state backend kept this call's whole reservation (not settled, or not known to be):
+        so does the ledger."""
+        self._end(tuple(c.amount for c in self.charges), None)
+
+    def refunded(self) -> None:
+        """The call never ran and no counter holds its reservation: charged nothing."""
+        self._end((0,) * len(self.charges), None)
+
+    def _end(self, charged: tuple[int, ...], epoch: str | None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        group = self.group
+        for c, amount in zip(self.charges, charged, strict=True):
+            counter = group.counters[c.counter_key]
+            counter.charged += amount
+            counter.refund += max(0, c.amount - amount)
+            counter.overrun += max(0, amount - c.amount)
+            if epoch and amount != c.amount:
+                counter.reapply[epoch] = counter.reapply.get(epoch, 0) + amount - c.amount
+        group.open -= 1
+        self._ledger._group_may_close(group)
+
+
+@dataclass(slots=True)
 class _Waiting:
-    call_id: str
-    charges: tuple[Charge, ...]
+    share: Reservation
     done: asyncio.Future[float]  # the monotonic time the commit was seen to succeed
 
 
@@ -82,8 +168,9 @@ class BudgetLedger:
                  max_backlog: int = 100_000, commit_timeout_s: float = 5.0) -> None:
         self._engine = engine
         self._state = state
-        self._rows: deque[tuple[dict[str, Any], str]] = deque()  # settlement rows and their epoch
+        self._rows: deque[tuple[dict[str, Any], dict[str, int]]] = deque()  # settlement rows, refunds by epoch
         self._waiting: list[_Waiting] = []
+        self._forming: dict[str, _Group] = {}  # epoch → the group the next commit writes
         self._committing = False
         self._commit_task: asyncio.Task[None] | None = None
         self._epoch_read: tuple[float, asyncio.Task[Epoch | None]] | None = None  # (started at, read)
@@ -98,8 +185,9 @@ class BudgetLedger:
         self.written = 0
         self.dead = 0
         self.failed_batches = 0
-        self.reservations_committed = 0
+        self.reservations_committed = 0  # calls
         self.reservation_commits = 0  # transactions: committed / commits = the group-commit factor
+        self.reservation_rows = 0  # reserve rows written (one per counter per group)
         self.reservations_failed = 0
         self.reservations_late = 0  # committed after their window: checked against the backend's epoch
         self.superseded = 0  # of those, committed after a rebuild that did not count them: refused
@@ -112,15 +200,28 @@ class BudgetLedger:
 
     # ---- reservations: durable before the call proceeds ---------------------------------------------
     async def reserve(self, call_id: str, charges: tuple[Charge, ...], *, deadline: float,
-                      epoch: Epoch | None = None) -> None:
-        """Commit the call's reservation rows (group commit); return once the call may proceed.
+                      epoch: Epoch | None = None) -> Reservation:
+        """Commit the call's reservation (group commit); return its share once the call may proceed.
 
         ``deadline`` (``time.monotonic()``) is the admission's send time plus the reservation window;
         ``epoch`` the state-backend epoch the admission ran under. Raises :class:`ReservationNotDurable`
         if the commit failed or was not seen within :attr:`commit_timeout_s`, and
-        :class:`ReservationSuperseded` if it landed after a rebuild that did not count it."""
+        :class:`ReservationSuperseded` if it landed after a rebuild that did not count it; the share is
+        then ended here (spent, or refunded when superseded), and the caller never sees it."""
         loop = asyncio.get_running_loop()
-        waiting = _Waiting(call_id, charges, loop.create_future())
+        encoded = epoch.encode() if epoch is not None else ""
+        group = self._forming.get(encoded)
+        if group is None:
+            group = self._forming[encoded] = _Group(encoded)
+        for c in charges:
+            counter = group.counters.get(c.counter_key)
+            if counter is None:
+                counter = group.counters[c.counter_key] = _Counter(c.budget)
+            counter.reserved += c.amount
+            counter.calls += 1
+        group.open += 1
+        share = Reservation(self, group, call_id, charges)
+        waiting = _Waiting(share, loop.create_future())
         waiting.done.add_done_callback(_retrieve)  # a caller that timed out no longer awaits it
         self._waiting.append(waiting)
         if not self._committing:
@@ -134,25 +235,36 @@ class BudgetLedger:
             committed_at = await waiting.done
         except TimeoutError as exc:
             self.reservations_failed += 1
+            share.spent()
             raise ReservationNotDurable(True, "the database did not commit the reservation in time") from exc
+        except ReservationNotDurable:
+            share.spent()  # the group failed: nothing of it is ever settled, whatever its shares say
+            raise
+        except BaseException:  # cancelled (the client left): the commit may still land, so it stays spent
+            share.spent()
+            raise
         finally:
             timer.cancel()
         if committed_at <= deadline or not self._state.shared or epoch is None:
-            return  # any rebuild reads the ledger after it (or this backend dies with the process)
+            return share  # any rebuild reads the ledger after it (or this backend dies with the process)
         self.reservations_late += 1
         try:
             async with asyncio.timeout(max(0.0, give_up - time.monotonic())):
-                counted = await self._counted_after(call_id, epoch, committed_at)
+                counted = await self._counted_after(group, epoch, committed_at)
         except TimeoutError as exc:
+            share.spent()
             raise ReservationNotDurable(True, "the reservation could not be checked in time") from exc
+        except BaseException:
+            share.spent()
+            raise
         if counted:
-            return
+            return share
         self.superseded += 1
-        for c in charges:  # the rebuilt counters never held it: the ledger gives it back too
-            self.settled(call_id, c.budget, c.counter_key, 0, refund=c.amount, overrun=0)
+        group.superseded = True
+        share.refunded()  # the rebuilt counters never held it: the ledger gives it back too
         raise ReservationSuperseded(call_id)
 
-    async def _counted_after(self, call_id: str, admitted_under: Epoch, committed_at: float) -> bool:
+    async def _counted_after(self, group: _Group, admitted_under: Epoch, committed_at: float) -> bool:
         """Whether the backend's current counters hold a reservation committed after its window."""
         try:
             current = await self._epoch_read_after(committed_at)
@@ -162,7 +274,7 @@ class BudgetLedger:
             return True  # no loss before this read, so no rebuild has read the ledger yet: every later one sees the row
         if current is None:
             raise ReservationNotDurable(True, "the state backend lost its data and was not rebuilt in time")
-        return await self._reserve_id(call_id) <= current.mark
+        return await self._reserve_id(group.id) <= current.mark
 
     def _epoch_read_after(self, since: float) -> asyncio.Future[Epoch | None]:
         """The backend's epoch (waiting briefly for a rebuild if it has none), read after ``since``.
@@ -188,24 +300,26 @@ class BudgetLedger:
                 current = await self._state.read_epoch()
         return current
 
-    async def _reserve_id(self, call_id: str) -> int:
+    async def _reserve_id(self, group_id: str) -> int:
         c = budget_ledger.c
         async with self._engine.connect() as conn:
-            row_id = await conn.scalar(select(c.id).where(c.kind == "reserve", c.call_id == call_id).limit(1))
+            row_id = await conn.scalar(select(func.min(c.id)).where(c.kind == "reserve", c.call_id == group_id))
         return int(row_id) if row_id is not None else 0
 
     async def _commit_waiting(self) -> None:
         try:
             while self._waiting:
-                group, self._waiting = self._waiting[:self._batch], self._waiting[self._batch:]
-                await self._commit_group(group)
+                waiting, self._waiting = self._waiting, []
+                groups, self._forming = list(self._forming.values()), {}
+                await self._commit_groups(groups, waiting)
         finally:
             self._committing = False
 
-    async def _commit_group(self, group: list[_Waiting]) -> None:
+    async def _commit_groups(self, groups: list[_Group], waiting: list[_Waiting]) -> None:
         now = datetime.now(UTC)
-        rows = [{"call_id": w.call_id, "budget": c.budget, "counter_key": c.counter_key, "kind": "reserve",
-                 "amount": c.amount, "refund": 0, "overrun": 0, "created_at": now} for w in group for c in w.charges]
+        rows = [{"call_id": g.id, "budget": counter.budget, "counter_key": key, "kind": "reserve",
+                 "calls": counter.calls, "amount": counter.reserved, "refund": 0, "overrun": 0, "created_at": now}
+                for g in groups for key, counter in g.counters.items()]
         committing = False
         for attempt in (1, 2):
             reused = self._conn is not None and not self._conn.closed
@@ -227,17 +341,23 @@ class BudgetLedger:
                     continue  # the kept connection went stale (a database restart): once more, afresh
                 self.database_ok = False
                 self.last_error = type(exc).__name__
-                self.reservations_failed += len(group)
-                log.error("budget_reservation_commit_failed", calls=len(group), error=type(exc).__name__,
+                self.reservations_failed += len(waiting)
+                log.error("budget_reservation_commit_failed", calls=len(waiting), error=type(exc).__name__,
                           uncertain=committing)
-                for w in group:
+                for g in groups:
+                    g.failed = True
+                for w in waiting:
                     _settle_future(w.done, ReservationNotDurable(committing, "the database refused the reservation"))
                 return
         committed_at = time.monotonic()
         self.database_ok = True
         self.reservation_commits += 1
-        self.reservations_committed += len(group)
-        for w in group:
+        self.reservations_committed += len(waiting)
+        self.reservation_rows += len(rows)
+        for g in groups:
+            g.written = True
+            self._group_may_close(g)  # every share may have ended while the commit ran (callers gave up)
+        for w in waiting:
             _settle_future(w.done, committed_at)
 
     async def _drop_connection(self) -> None:
@@ -249,13 +369,17 @@ class BudgetLedger:
                 await conn.close()
 
     # ---- settlements: asynchronous ---------------------------------------------------------------------
-    def settled(self, call_id: str, budget: str, counter_key: str, charged: int, *, refund: int, overrun: int,
-                epoch: str = "") -> None:
-        """Record a settlement the state backend applied (under ``epoch``): ``charged`` is the real
-        cost — more than reserved when ``overrun`` > 0, never capped."""
-        self._rows.append(({"call_id": call_id, "budget": budget, "counter_key": counter_key, "kind": "settle",
-                            "amount": charged, "refund": refund, "overrun": overrun,
-                            "created_at": datetime.now(UTC)}, epoch))
+    def _group_may_close(self, group: _Group) -> None:
+        """Queue the group's settlement rows once its reserve rows are written and every share has ended."""
+        if group.open or not group.written or group.failed or group.closed:
+            return
+        group.closed = True
+        now = datetime.now(UTC)
+        for key, counter in group.counters.items():
+            reapply = {} if group.superseded else counter.reapply
+            self._rows.append(({"call_id": group.id, "budget": counter.budget, "counter_key": key, "kind": "settle",
+                                "calls": counter.calls, "amount": counter.charged, "refund": counter.refund,
+                                "overrun": counter.overrun, "created_at": now}, reapply))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="budget-ledger-writer")
@@ -290,10 +414,10 @@ class BudgetLedger:
                 self.dead += outcome.dead + outcome.lost
                 await self._reapply_after_rebuild([pair for pair in batch if id(pair[0]) not in retry])
 
-    async def _reapply_after_rebuild(self, batch: list[tuple[dict[str, Any], str]]) -> None:
-        """Settlements applied to state the backend has since lost, and committed after the rebuild
-        read the ledger: the rebuilt counters still hold their whole reservation — give it back."""
-        if all(not epoch for _, epoch in batch):
+    async def _reapply_after_rebuild(self, batch: list[tuple[dict[str, Any], dict[str, int]]]) -> None:
+        """Refunds applied to state the backend has since lost, in settlements committed after the
+        rebuild read the ledger: the rebuilt counters still hold those whole reservations — give them back."""
+        if all(not reapply for _, reapply in batch):
             return
         try:
             current = await self._state.read_epoch()
@@ -302,18 +426,19 @@ class BudgetLedger:
         if current is None:
             return
         now_epoch = current.encode()
-        stale = [row for row, epoch in batch if epoch and epoch != now_epoch]
+        stale = [(row, sum(d for e, d in reapply.items() if e != now_epoch)) for row, reapply in batch
+                 if any(e != now_epoch for e in reapply)]
         if not stale:
             return
         c = budget_ledger.c
         async with self._engine.connect() as conn:
             result = await conn.execute(select(c.call_id, c.counter_key, c.id).where(
-                c.kind == "settle", c.call_id.in_([r["call_id"] for r in stale])))
+                c.kind == "settle", c.call_id.in_([r["call_id"] for r, _ in stale])))
             ids = {(row[0], row[1]): int(row[2]) for row in result}
         deltas: dict[str, int] = {}
-        for row in stale:
-            if ids.get((row["call_id"], row["counter_key"]), 0) > current.mark:
-                deltas[row["counter_key"]] = deltas.get(row["counter_key"], 0) + row["overrun"] - row["refund"]
+        for row, delta in stale:
+            if delta and ids.get((row["call_id"], row["counter_key"]), 0) > current.mark:
+                deltas[row["counter_key"]] = deltas.get(row["counter_key"], 0) + delta
         if deltas:
             with contextlib.suppress(StateUnavailable):
                 await self._state.adjust_counters(deltas)
@@ -333,7 +458,8 @@ class BudgetLedger:
     def stats(self) -> dict[str, Any]:
         return {"written": self.written, "pending": len(self._rows), "dead": self.dead,
                 "failed_batches": self.failed_batches, "reservations_committed": self.reservations_committed,
-                "reservation_commits": self.reservation_commits, "reservations_failed": self.reservations_failed,
+                "reservation_commits": self.reservation_commits, "reservation_rows": self.reservation_rows,
+                "reservations_failed": self.reservations_failed,
                 "reservations_late": self.reservations_late,
                 "reservations_superseded": self.superseded, "database_ok": self.database_ok,
                 "last_error": self.last_error}

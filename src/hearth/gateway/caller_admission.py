@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
 from hearth.gateway.budget import Applicable
-from hearth.gateway.budget_ledger import BudgetLedger, Charge, ReservationNotDurable, ReservationSuperseded
+from hearth.gateway.budget_ledger import (
+    BudgetLedger,
+    Charge,
+    Reservation,
+    ReservationNotDurable,
+    ReservationSuperseded,
+)
 from hearth.gateway.endpoint_admission import Admitted, cooldown_key, scopes_for
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.ids import new_id
@@ -41,6 +47,7 @@ class CallerGrant:
     charges: tuple[BudgetCharge, ...] = ()
     remaining: list[tuple[Applicable, int]] = field(default_factory=list)
     finished: bool = False
+    reservation: Reservation | None = None  # the call's share of a durable ledger reservation
     preadmitted: Admitted | None = None  # the first attempt's endpoint, leased in the same step
 
     def take_preadmitted(self, model: Model) -> Admitted | None:
@@ -180,7 +187,7 @@ async def _make_durable(state: StateBackend, ledger: BudgetLedger, grant: Caller
     took and raise."""
     rows = tuple(Charge(a.budget.name, c.key, c.amount) for a, c in zip(grant.budgets, grant.charges, strict=True))
     try:
-        await ledger.reserve(grant.call_id, rows, deadline=deadline, epoch=epoch)
+        grant.reservation = await ledger.reserve(grant.call_id, rows, deadline=deadline, epoch=epoch)
     except ReservationNotDurable as exc:
         log.warning("budget_reservation_not_durable", call_id=grant.call_id, reason=str(exc), uncertain=exc.uncertain)
         # Certainly not written: refund. Perhaps written (the commit itself failed or timed out): it
@@ -211,6 +218,8 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
         also_release = (*also_release, (grant.preadmitted.lease, None))
         grant.preadmitted = None
     if grant.lease is None or not grant.charges or not settle:
+        if grant.reservation is not None:  # kept whole in the counters, so in the ledger too
+            grant.reservation.spent()
         held = tuple((lease, tokens) for lease, tokens in (*also_release, (grant.lease, actual_tokens))
                      if lease is not None and lease.scopes)  # a signed call without limits only claimed its nonce
         try:
@@ -220,20 +229,24 @@ async def finish_caller(state: StateBackend, ledger: BudgetLedger, grant: Caller
         return
     refunds = tuple(c.amount - actual for actual, c in zip(actual_amounts, grant.charges, strict=True))
     lease = grant.lease
+    share = grant.reservation if record else None
     try:
         first = await state.release_and_settle(lease, actual_tokens, refunds, also_release)
     except StateUnavailable:
-        # Unsettled reservations stay spent (the safe side); the sweeper records them as spent.
+        # Unsettled reservations stay spent (the safe side), in the ledger as in the counters.
         log.warning("budget_settle_failed", call_id=grant.call_id)
+        if share is not None:
+            share.spent()
         return
-    if not first or not record:
-        return  # settled before, or the reservation expired: it stays spent (the sweeper records it)
+    if not first:  # settled before, or the reservation expired: it stays spent
+        if share is not None:
+            share.spent()
+        return
     if lease.budget_values:
         grant.remaining = _left(grant.budgets, lease.budget_values)
     for a, c, actual in zip(grant.budgets, grant.charges, actual_amounts, strict=True):
-        overrun = max(0, actual - c.amount)
-        if overrun:
+        if actual > c.amount:
             log.error("budget_overrun", budget=a.budget.name, call_id=grant.call_id, reserved=c.amount,
                       actual=actual, alert=True)
-        ledger.settled(grant.call_id, a.budget.name, c.key, actual, refund=max(0, c.amount - actual), overrun=overrun,
-                       epoch=lease.settled_epoch)
+    if share is not None:
+        share.settle(actual_amounts, epoch=lease.settled_epoch)

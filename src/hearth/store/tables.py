@@ -236,10 +236,11 @@ chat_requests = Table(
 budget_ledger = Table(
     "budget_ledger", metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
-    Column("call_id", String(64), nullable=False),
+    Column("call_id", String(64), nullable=False),  # the reservation's id: a group of calls (or one call)
     Column("budget", String(128), nullable=False),
     Column("counter_key", String(512), nullable=False),
     Column("kind", String(16), nullable=False),  # reserve | settle | call (both in one row)
+    Column("calls", Integer, nullable=False, server_default="1"),  # how many calls the row covers
     Column("amount", BigInteger, nullable=False),  # reserve: reserved; settle, call: charged
     Column("refund", BigInteger, nullable=False, default=0),  # settle, call: reserved - charged
     Column("overrun", BigInteger, nullable=False, default=0),  # settle: actual beyond the reservation, not charged
