@@ -11,13 +11,14 @@ missing the test is skipped with the reason — except under ``CI=true``, where 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import pytest
@@ -35,6 +36,7 @@ from hearth.testing.server_thread import HearthServerThread
 from tests.support import IN_CI, MASTER_KEY, PG_ADMIN_DSN, REDIS_URL, StateTime, write_config
 
 E2E = Path(__file__).resolve().parent / "e2e"
+T = TypeVar("T")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -104,21 +106,28 @@ class MigratedTemplates:
     def sqlite_copy(self, target: Path) -> None:
         if self._sqlite is None:
             path = self._directory / "template.db"
-            asyncio.run(_migrate_url(f"sqlite+aiosqlite:///{path}"))
+            _run_apart(_migrate_url(f"sqlite+aiosqlite:///{path}"))
             self._sqlite = path
         shutil.copyfile(self._sqlite, target)
 
     def pg_copy(self) -> str:
         if self._pg is None:
-            name = asyncio.run(_create_pg_database())
-            asyncio.run(_migrate_url(pg_url_for(name)))
+            name = _run_apart(_create_pg_database())
+            _run_apart(_migrate_url(pg_url_for(name)))
             self._pg = name
-        return asyncio.run(_create_pg_database(self._pg))
+        return _run_apart(_create_pg_database(self._pg))
 
     def drop(self) -> None:
         if self._pg is not None:
             with contextlib.suppress(Exception):
-                asyncio.run(_drop_pg_database(self._pg))
+                _run_apart(_drop_pg_database(self._pg))
+
+
+def _run_apart(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` in a thread of its own: callable from a test's running event loop too (a server
+    factory called from an async test)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 async def _migrate_url(url: str) -> None:
