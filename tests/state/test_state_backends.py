@@ -699,3 +699,16 @@ async def test_the_memory_cache_evicts_the_least_recently_used_beyond_its_bound(
     assert await state.cache_get("a") == b"1"  # a is now the most recently used
     await state.cache_set("c", b"3", 60)
     assert (await state.cache_get("a"), await state.cache_get("b"), await state.cache_get("c")) == (b"1", None, b"3")
+
+
+async def test_redis_usage_reads_the_window_its_clock_names_not_redis_time(redis_prefix: str) -> None:
+    """A backend whose clock stands in another minute than Redis's (a test's clock, or a skewed
+    host) reports the counts its admissions wrote, not those of Redis's current minute."""
+    clock = FakeClock(float(int(time.time()) // 60 * 60 - 120))  # two minutes behind the real one
+    state = RedisState(REDIS_URL, redis_prefix, clock=clock)
+    try:
+        scope = Scope("caller:skewed", rpm=10)
+        assert (await state.acquire(lid(), (scope,), 5, 30.0)).lease is not None
+        assert (await state.usage("caller:skewed")).rpm_used == 1
+    finally:
+        await state.close()

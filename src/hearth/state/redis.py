@@ -271,9 +271,10 @@ class RedisState:
     async def usage(self, scope_key: str) -> ScopeUsage:
         try:
             seconds, micros = await self._redis.execute("TIME")
-            now = int(seconds) + int(micros) / 1e6
-            window = minute_window(now)
-            day = self._quota_day.end(self.clock.now() + self.clock_offset_s)  # as acquire names it
+            now = int(seconds) + int(micros) / 1e6  # leases expire by Redis's clock
+            named = self.clock.now() + self.clock_offset_s  # windows are named as acquire names them
+            window = minute_window(named)
+            day = self._quota_day.end(named)
             zc, rpm, tpm, cd, daily = await self._redis.execute_many(
                 ("ZCOUNT", self._k.concurrency(scope_key), now * 1000, "+inf"),
                 ("GET", self._k.rpm(scope_key, window)),
