@@ -7,6 +7,7 @@ what the test sees is what a remote caller would see over TCP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -26,6 +27,23 @@ def free_port() -> int:
         return port
 
 
+class _PromptServer(uvicorn.Server):
+    """uvicorn's server, told to stop by an event instead of noticing ``should_exit`` at its next 0.1 s
+    tick: a test suite starts and stops hundreds of servers."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.wake: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self.wake = asyncio.Event()
+        counter = 0
+        while not await self.on_tick(counter):  # a tick whose counter is a multiple of 10 refreshes the Date header
+            counter = (counter + 10) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), 1.0)
+
+
 class HearthServerThread:
     def __init__(self, settings: Settings, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -34,7 +52,7 @@ class HearthServerThread:
         self.app = fastapi_app(self.asgi)
         config = uvicorn.Config(self.asgi, host="127.0.0.1", port=self.port, log_config=None,
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
+        self._server = _PromptServer(config)
         self._thread: threading.Thread | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._error: BaseException | None = None
@@ -78,6 +96,10 @@ class HearthServerThread:
     def stop(self) -> None:
         """Graceful stop (the lifespan shutdown runs: writers flush, locks are released)."""
         self._server.should_exit = True
+        wake, loop = self._server.wake, self.loop
+        if wake is not None and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the thread is ending anyway
+                loop.call_soon_threadsafe(wake.set)
         if self._thread is not None:
             self._thread.join(20)
             if self._thread.is_alive():
