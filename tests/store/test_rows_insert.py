@@ -31,7 +31,8 @@ async def _read(engine: AsyncEngine, table: Any, order: Any) -> list[dict[str, A
 async def test_ledger_rows_read_back_as_sqlalchemy_wrote_them(engine: AsyncEngine) -> None:
     now = datetime.now(UTC)
     rows = [{"call_id": f"call-{i}", "budget": "daily", "counter_key": "daily|caller:a|2026-12-01", "kind": "reserve",
-             "calls": 1 + i, "amount": 10 * i, "refund": 0, "overrun": 0, "created_at": now + timedelta(microseconds=i % 2)}
+             "calls": 1 + i, "amount": 10 * i, "refund": 0, "overrun": 0,
+             "created_at": now + timedelta(microseconds=i % 2)}
             for i in range(5)]
     async with engine.begin() as conn:
         await insert_rows(conn, budget_ledger, rows[:3])
