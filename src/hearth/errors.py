@@ -93,6 +93,10 @@ CATALOG: dict[str, ErrorSpec] = {
     "callback_url_refused": ErrorSpec(400, False, "invalid_request_error",
                                       "The callback URL is not allowed (scheme, or an address Hearth does not "
                                       "call)."),
+    # schedules (issue 11)
+    "schedule_not_found": ErrorSpec(404, False, "invalid_request_error", "The schedule does not exist."),
+    "schedule_exists": ErrorSpec(409, False, "invalid_request_error",
+                                 "The caller already has a schedule of this name."),
     # capacity
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),
@@ -165,9 +169,12 @@ class HearthError(Exception):
                           "code": self.code}}
 
     def envelope(self, request_id: str | None) -> dict[str, Any]:
+        """The capability-style answer; the field at fault, if known, is ``details.param`` (as OpenAI's
+        ``param``), so a client can point at it."""
+        details = self.details if self.param is None or "param" in self.details else {**self.details,
+                                                                                       "param": self.param}
         return {"success": False, "data": None,
-                "error": {"code": self.code, "message": self.message, "details": self.details,
-                          "request_id": request_id}}
+                "error": {"code": self.code, "message": self.message, "details": details, "request_id": request_id}}
 
     def headers(self) -> dict[str, str]:
         """``x-should-retry`` always; with a known wait, ``Retry-After`` in whole seconds (rounded
