@@ -51,6 +51,8 @@ from hearth.store.db import create_engine, migrate
 from hearth.tasks.capability_tasks import CapabilityServices, register_capability_tasks
 from hearth.tasks.engine import TaskEngine, build_task_engine
 from hearth.tasks.types import TaskTypes
+from hearth.workflows.scheduler import Scheduler
+from hearth.workflows.schedules import ScheduleService
 
 log = get_logger("hearth.runtime")
 
@@ -68,6 +70,8 @@ class Runtime:
     recovery: StateRecovery
     prompts: PromptCatalog
     tasks: TaskEngine
+    schedules: ScheduleService
+    scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
@@ -132,6 +136,8 @@ class Runtime:
                 log.warning("budget_sweep_failed", error=type(exc).__name__)
 
     async def stop(self) -> None:
+        if self.scheduler is not None:  # no new occurrence fires while the rest shuts down
+            await self.scheduler.stop()
         await self.tasks.stop()  # first: running tasks finish (or are handed back) while the gateway still serves
         await self.recovery.stop()
         for task in self._tasks:
@@ -225,9 +231,12 @@ async def start_runtime(settings: Settings) -> Runtime:
     services = CapabilityServices(gateway=gateway, prompts=prompts, session=session, limits=source_limits(settings),
                                   offline_fallback=settings.offline_fallback)
     tasks = build_task_engine(settings, engine, types, services, session=session, run_worker=settings.embedded_worker)
+    schedule_service = ScheduleService(engine, tasks.service)
+    scheduler = (Scheduler(schedule_service, interval_s=settings.scheduler_interval_s)
+                 if settings.scheduler_enabled else None)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
-                 _claim=claim)
+                 schedules=schedule_service, scheduler=scheduler, _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     ledger.start()
@@ -236,6 +245,8 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     rt._tasks.append(asyncio.create_task(rt._watch_prompts(), name="prompts-watch"))
     await tasks.start()
+    if scheduler is not None:
+        scheduler.start()
     _return_startup_garbage_to_os()
     return rt
 

@@ -124,6 +124,10 @@ class Settings(BaseSettings):
                                "delayed tasks")
     task_grace_s: float = Field(default=10.0, ge=0, description="on shutdown, how long running tasks may finish "
                                 "before they are handed back")
+    scheduler_enabled: bool = Field(default=True, description="this process decides and fires due schedule "
+                                    "occurrences (any number of processes may: each occurrence fires once)")
+    scheduler_interval_s: float = Field(default=1.0, gt=0, le=60, description="how often the scheduler looks for "
+                                        "due occurrences (an occurrence fires at most this late, plus its jitter)")
     task_max_attempts: int = Field(default=3, ge=1, le=100, description="attempts of a task type without its own "
                                    "retry policy")
     task_queue_max_depth: int = Field(default=100_000, ge=1, description="queued + waiting tasks a queue holds; "

@@ -431,3 +431,39 @@ callback_deliveries = Table(
 )
 Index("ix_callback_deliveries_due", callback_deliveries.c.state, callback_deliveries.c.next_at)
 Index("ix_callback_deliveries_task", callback_deliveries.c.task_id)
+
+# owner: hearth.workflows.schedules — a cron schedule in a time zone whose occurrences submit tasks
+schedules = Table(
+    "schedules", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("caller", String(128), nullable=False),  # whose task each occurrence submits
+    Column("cron", String(256), nullable=False),
+    Column("time_zone", String(64), nullable=False),
+    Column("target", JSON, nullable=False),  # {task_type, payload, queue, priority}
+    Column("start_at", Float, nullable=True),
+    Column("end_at", Float, nullable=True),
+    Column("jitter_s", Float, nullable=False),
+    Column("misfire_policy", String(16), nullable=False),  # run_once | run_all | skip
+    Column("catchup_window_s", Float, nullable=False),
+    Column("overlap_policy", String(16), nullable=False),  # skip | buffer_one | buffer_all | cancel_other | allow_all
+    Column("paused", Boolean, nullable=False),
+    Column("planned_through", Float, nullable=False),  # every occurrence up to here is decided
+    Column("next_at", Float, nullable=True),  # the next occurrence (None: none left)
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("caller", "name", name="uq_schedules_caller_name"),
+)
+Index("ix_schedules_due", schedules.c.next_at)
+
+# owner: hearth.workflows.schedules — one row per (schedule, planned instant): what became of that occurrence
+schedule_occurrences = Table(
+    "schedule_occurrences", metadata,
+    Column("schedule_id", String(40), primary_key=True),
+    Column("planned_at", Float, primary_key=True),
+    Column("state", String(16), nullable=False),  # fired | buffered | skipped | missed
+    Column("reason", String(32), nullable=True),  # overlap | misfire | paused | manual | backfill
+    Column("task_id", String(40), nullable=True),
+    Column("decided_at", Float, nullable=False),
+)
+Index("ix_schedule_occurrences_buffered", schedule_occurrences.c.state, schedule_occurrences.c.schedule_id)

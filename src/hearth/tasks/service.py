@@ -33,7 +33,7 @@ from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy
 from hearth.tasks.states import TERMINAL
 from hearth.tasks.terminal import TerminalRules, after_moves
 from hearth.tasks.transitions import Move, apply
-from hearth.tasks.types import TaskTypes
+from hearth.tasks.types import TaskType, TaskTypes
 
 MAX_BATCH = 1000
 
@@ -85,18 +85,25 @@ class TaskService:
                                       "submit again.") from None
         raise AssertionError("unreachable")
 
-    async def _row(self, index: int, s: Submission, *, batch: bool) -> dict[str, Any]:
-        where = f"tasks[{index}]." if batch else ""
-        ttype = self.types.get(s.task_type)
+    def check_target(self, task_type: str, payload: dict[str, Any], *, queue: str | None,
+                     where: str = "") -> tuple[TaskType, str, dict[str, Any]]:
+        """What :meth:`submit` refuses about a task's type, queue and payload — also for a task submitted
+        later (a schedule's target is checked when it is defined, not first when it fires): the type, the
+        queue and the payload as the type validated it."""
+        ttype = self.types.get(task_type)
         if ttype is None:
-            raise HearthError("task_type_unknown", f"No task type `{s.task_type}`; known: "
+            raise HearthError("task_type_unknown", f"No task type `{task_type}`; known: "
                               f"{', '.join(self.types.names())}.", param=f"{where}task_type",
                               details={"known": self.types.names()})
-        queue = s.queue or ttype.queue
+        queue = queue or ttype.queue
         if queue not in self.queues:
             raise HearthError("invalid_request", f"No queue `{queue}`; configured: {', '.join(sorted(self.queues))}.",
                               param=f"{where}queue")
-        payload = ttype.validate(s.payload) if ttype.validate else s.payload
+        return ttype, queue, ttype.validate(payload) if ttype.validate else payload
+
+    async def _row(self, index: int, s: Submission, *, batch: bool) -> dict[str, Any]:
+        where = f"tasks[{index}]." if batch else ""
+        ttype, queue, payload = self.check_target(s.task_type, s.payload, queue=s.queue, where=where)
         if s.callback_url is not None:
             if not self.callbacks_enabled:
                 raise HearthError("callback_url_refused", "Callbacks are off: the operator has not set "
