@@ -26,6 +26,7 @@ from hearth.api import (
     openai,
     prompts,
     request_logs,
+    schedules,
     tasks,
 )
 from hearth.api.direct_routes import DirectRoutes
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(model_registry.router)
     app.include_router(tasks.router)
     app.include_router(dead_letters.router)
+    app.include_router(schedules.router)
     return app
 
 
