@@ -97,6 +97,14 @@ CATALOG: dict[str, ErrorSpec] = {
     "schedule_not_found": ErrorSpec(404, False, "invalid_request_error", "The schedule does not exist."),
     "schedule_exists": ErrorSpec(409, False, "invalid_request_error",
                                  "The caller already has a schedule of this name."),
+    # the human review queue (issue 11)
+    "review_not_found": ErrorSpec(404, False, "invalid_request_error", "The review item does not exist."),
+    "review_claimed": ErrorSpec(409, False, "invalid_request_error", "Another reviewer holds this review item."),
+    "review_not_claimed": ErrorSpec(409, False, "invalid_request_error",
+                                    "Claim the review item before deciding it."),
+    "review_expired": ErrorSpec(409, False, "invalid_request_error",
+                                "The review item expired; it was not approved."),
+    "review_decided": ErrorSpec(409, False, "invalid_request_error", "The review item was already decided."),
     # capacity
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),

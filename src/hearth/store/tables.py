@@ -467,3 +467,30 @@ schedule_occurrences = Table(
     Column("decided_at", Float, nullable=False),
 )
 Index("ix_schedule_occurrences_buffered", schedule_occurrences.c.state, schedule_occurrences.c.schedule_id)
+
+# owner: hearth.workflows.reviews — a decision a human owes: claimed with a lease, decided once, or expired
+review_items = Table(
+    "review_items", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("queue", String(64), nullable=False),
+    Column("caller", String(128), nullable=True),  # on whose behalf it was raised (None: an operator)
+    Column("subject_kind", String(32), nullable=False),  # task | workflow_step | document | external
+    Column("subject_id", String(128), nullable=True),
+    Column("title", String(256), nullable=False),
+    Column("payload", JSON, nullable=False),  # the thing to decide
+    Column("evidence", JSON, nullable=False),
+    Column("form", JSON, nullable=True),  # JSON Schema a `modify` decision's payload must satisfy
+    Column("state", String(16), nullable=False),  # pending | claimed | approved | modified | rejected | expired
+    Column("assignee", String(128), nullable=True),
+    Column("claim_until", Float, nullable=True),
+    Column("decision", JSON, nullable=True),  # a `modify` decision's payload
+    Column("decided_by", String(128), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("history", JSON, nullable=False),  # [{action, reviewer, reason, at}]
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("decided_at", Float, nullable=True),
+    Column("updated_at", Float, nullable=False),
+)
+Index("ix_review_items_queue", review_items.c.state, review_items.c.queue, review_items.c.created_at)
+Index("ix_review_items_expiry", review_items.c.expires_at)

@@ -1,24 +1,25 @@
-"""The scheduler loop of one process: :meth:`ScheduleService.tick` every ``interval_s``.
+"""The scheduler loop of one process: every ``interval_s``, what time alone makes due — schedule
+occurrences (:meth:`ScheduleService.tick`) and review items past their deadline (:meth:`ReviewService.expire_due`).
 
 Any number of processes run one; the occurrence rows and the task engine's idempotency keys make each
-occurrence fire once whoever gets there first (see :mod:`hearth.workflows.schedules`). A failed pass
-(the database away) is logged and the next one tries again.
+occurrence fire once whoever gets there first (see :mod:`hearth.workflows.schedules`), and an item
+expires once (a compare-and-set). A failed pass (the database away) is logged and the next one tries again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable, Sequence
 
 from hearth.observability.logging import get_logger
-from hearth.workflows.schedules import ScheduleService
 
 log = get_logger("hearth.scheduler")
 
 
 class Scheduler:
-    def __init__(self, service: ScheduleService, *, interval_s: float) -> None:
-        self.service = service
+    def __init__(self, passes: Sequence[Callable[[], Awaitable[int]]], *, interval_s: float) -> None:
+        self.passes_run = tuple(passes)
         self.interval_s = interval_s
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -30,12 +31,13 @@ class Scheduler:
 
     async def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                await self.service.tick()
-                self.passes += 1
-            except Exception as exc:  # the loop never stops; the next pass decides what this one could not
-                self.failed_passes += 1
-                log.warning("scheduler_pass_failed", error=type(exc).__name__)
+            for step in self.passes_run:
+                try:
+                    await step()
+                except Exception as exc:  # the loop never stops; the next pass decides what this one could not
+                    self.failed_passes += 1
+                    log.warning("scheduler_pass_failed", error=type(exc).__name__)
+            self.passes += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.interval_s)
 
