@@ -26,6 +26,7 @@ from hearth.api import (
     openai,
     prompts,
     request_logs,
+    reviews,
     schedules,
     tasks,
 )
@@ -70,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tasks.router)
     app.include_router(dead_letters.router)
     app.include_router(schedules.router)
+    app.include_router(reviews.router)
     return app
 
 
