@@ -97,6 +97,7 @@ CATALOG: dict[str, ErrorSpec] = {
     "schedule_not_found": ErrorSpec(404, False, "invalid_request_error", "The schedule does not exist."),
     "schedule_exists": ErrorSpec(409, False, "invalid_request_error",
                                  "The caller already has a schedule of this name."),
+    "workflow_not_found": ErrorSpec(404, False, "invalid_request_error", "The workflow does not exist."),
     # the human review queue (issue 11)
     "review_not_found": ErrorSpec(404, False, "invalid_request_error", "The review item does not exist."),
     "review_claimed": ErrorSpec(409, False, "invalid_request_error", "Another reviewer holds this review item."),

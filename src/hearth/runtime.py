@@ -51,6 +51,7 @@ from hearth.store.db import create_engine, migrate
 from hearth.tasks.capability_tasks import CapabilityServices, register_capability_tasks
 from hearth.tasks.engine import TaskEngine, build_task_engine
 from hearth.tasks.types import TaskTypes
+from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.reviews import ReviewService
 from hearth.workflows.scheduler import Scheduler
 from hearth.workflows.schedules import ScheduleService
@@ -73,6 +74,7 @@ class Runtime:
     tasks: TaskEngine
     schedules: ScheduleService
     reviews: ReviewService
+    workflows: DefinitionStore
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
@@ -239,7 +241,8 @@ async def start_runtime(settings: Settings) -> Runtime:
                  if settings.scheduler_enabled else None)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
-                 schedules=schedule_service, reviews=reviews, scheduler=scheduler, _claim=claim)
+                 schedules=schedule_service, reviews=reviews, workflows=DefinitionStore(engine), scheduler=scheduler,
+                 _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     ledger.start()

@@ -494,3 +494,13 @@ review_items = Table(
 )
 Index("ix_review_items_queue", review_items.c.state, review_items.c.queue, review_items.c.created_at)
 Index("ix_review_items_expiry", review_items.c.expires_at)
+
+# owner: hearth.workflows.definition_store — every registered version of a workflow definition, immutable
+workflow_definitions = Table(
+    "workflow_definitions", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("spec", JSON, nullable=False),  # the validated definition, as registered
+    Column("digest", String(64), nullable=False),  # sha256 of the canonical spec: registering it again is a no-op
+    Column("created_at", Float, nullable=False),
+)
