@@ -29,6 +29,7 @@ from hearth.api import (
     reviews,
     schedules,
     tasks,
+    workflows,
 )
 from hearth.api.direct_routes import DirectRoutes
 from hearth.api.error_handlers import install_error_handlers
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dead_letters.router)
     app.include_router(schedules.router)
     app.include_router(reviews.router)
+    app.include_router(workflows.router)
     return app
 
 

@@ -1,0 +1,73 @@
+"""Workflow definitions (admin): register (JSON, or YAML with a YAML content type), list, read versions.
+
+A registration is validated in full before anything is stored — a 400 names the path at fault
+(``details.param``, e.g. ``steps[2].needs[0]``) — and an unchanged definition registered again answers
+its existing version (``created: false``). Runs of these definitions are not built yet (docs/workflows.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import Response
+
+from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES
+from hearth.api.deps import read_body, require_admin, runtime
+from hearth.api.envelope import ok
+from hearth.api.request_body import json_too_deep, parse_json_object
+from hearth.errors import HearthError
+from hearth.workflows.definition_store import DefinitionStore
+
+router = APIRouter(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_admin)],
+                   responses=ADMIN_ERROR_RESPONSES)
+
+
+def _store(request: Request) -> DefinitionStore:
+    return runtime(request).workflows
+
+
+def definition_view(row: Any) -> dict[str, Any]:
+    return {"name": row["name"], "version": row["version"], "digest": row["digest"], "created_at": row["created_at"],
+            "definition": row["spec"]}
+
+
+async def _definition_body(request: Request) -> dict[str, Any]:
+    raw = await read_body(request)
+    if "yaml" not in request.headers.get("content-type", ""):
+        return parse_json_object(raw)
+    try:
+        body = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise HearthError("invalid_json", f"The request body is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(body, dict) or json_too_deep(body):
+        raise HearthError("invalid_json", "The request body must be a YAML mapping of bounded depth.")
+    return body
+
+
+@router.post("", summary="Register a workflow definition (a new version unless unchanged)",
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/json": {"schema": {"type": "object"}},
+                 "application/yaml": {"schema": {"type": "string"}}}}})
+async def register_workflow(request: Request) -> Response:
+    body = await _definition_body(request)
+    types = runtime(request).tasks.service.types.names()
+    row, created = await _store(request).register(body, known_task_types=types)
+    return ok(request, {**definition_view(row), "created": created}, status=201 if created else 200)
+
+
+@router.get("", summary="Every workflow with its newest version")
+async def list_workflows(request: Request) -> Response:
+    rows = await _store(request).latest()
+    return ok(request, {"workflows": [dict(r) for r in rows]})
+
+
+@router.get("/{name}", summary="A workflow's newest version, or `?version=`")
+async def get_workflow(name: str, request: Request, *, version: int | None = None) -> Response:
+    return ok(request, definition_view(await _store(request).get(name, version)))
+
+
+@router.get("/{name}/versions", summary="Every version of a workflow, oldest first")
+async def list_versions(name: str, request: Request) -> Response:
+    return ok(request, {"versions": [dict(r) for r in await _store(request).versions(name)]})
