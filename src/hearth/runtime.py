@@ -235,8 +235,8 @@ async def start_runtime(settings: Settings) -> Runtime:
     services = CapabilityServices(gateway=gateway, prompts=prompts, session=session, limits=source_limits(settings),
                                   offline_fallback=settings.offline_fallback)
     tasks = build_task_engine(settings, engine, types, services, session=session, run_worker=settings.embedded_worker)
-    schedule_service = ScheduleService(engine, tasks.service)
     reviews = ReviewService(engine)
+    schedule_service = ScheduleService(engine, tasks.service, reviews)
     scheduler = (Scheduler((schedule_service.tick, reviews.expire_due), interval_s=settings.scheduler_interval_s)
                  if settings.scheduler_enabled else None)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,

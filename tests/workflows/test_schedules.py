@@ -22,6 +22,7 @@ from hearth.tasks.service import TaskService
 from hearth.tasks.types import TaskTypes
 from hearth.testing import task_types
 from hearth.testing.fake_clock import FakeClock
+from hearth.workflows.reviews import ReviewService
 from hearth.workflows.schedules import ScheduleDefinition, ScheduleService
 
 QUEUE = "q.fast"
@@ -37,7 +38,7 @@ def scheduler(engine: AsyncEngine, clock: FakeClock) -> ScheduleService:
     task_types.register(types)
     service = TaskService(engine=engine, types=types, queues={QUEUE: QueueLimits()}, wakeups=Wakeups(),
                           guard=AddressGuard(["127.0.0.0/8"]), clock=clock)
-    return ScheduleService(engine, service, clock=clock)
+    return ScheduleService(engine, service, ReviewService(engine, clock), clock=clock)
 
 
 def definition(**overrides: Any) -> ScheduleDefinition:
@@ -137,6 +138,32 @@ async def test_after_an_outage_the_misfire_policy_decides_what_fires(
             ] == fired
     assert {o["reason"] for o in got if o["state"] == "missed"} <= {"misfire"}
     assert len(got) == 4  # every missed occurrence is accounted for
+
+
+@pytest.mark.parametrize(("decision", "state", "reason"), [
+    ("approve", "fired", "approved"), ("reject", "missed", "rejected"), (None, "missed", "review_expired")])
+async def test_prompt_asks_a_human_about_the_latest_missed_occurrence_and_a_timeout_never_runs_it(
+        engine: AsyncEngine, clock: FakeClock, schedules: ScheduleService, decision: str | None, state: str,
+        reason: str) -> None:
+    row = await schedules.create(definition(misfire_policy="prompt", catchup_window_s=600))
+    clock.advance(3 * 60 + 45)  # down from 10:00 to 10:03:45
+    await schedules.tick()
+    await schedules.tick()  # a second pass raises nothing twice
+    got = await occurrences(engine, row["id"])
+    assert [o["state"] for o in got] == ["missed", "missed", "asking"]
+    review_id = got[-1]["review_id"]
+    items, _ = await schedules.reviews.page(queue="schedules")
+    assert [i["id"] for i in items] == [review_id] and items[0]["payload"]["planned_at"] == got[-1]["planned_at"]
+    if decision is not None:
+        await schedules.reviews.claim(review_id, reviewer="ops", lease_s=60)
+        await schedules.reviews.decide(review_id, reviewer="ops", decision=decision, reason="checked")
+    else:
+        clock.advance(601)
+        await schedules.reviews.expire_due()
+    await schedules.tick()
+    last = (await occurrences(engine, row["id"]))[2]
+    assert (last["state"], last["reason"]) == (state, reason)
+    assert (last["task_id"] is not None) == (state == "fired")
 
 
 async def test_a_missed_occurrence_older_than_the_catchup_window_never_fires(

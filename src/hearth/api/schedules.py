@@ -55,7 +55,7 @@ class ScheduleCreate(BaseModel):
     end_at: float | None = Field(default=None, ge=0, description="no occurrence after (epoch seconds)")
     jitter_s: float = Field(default=0.0, ge=0, le=3600, description="each task starts up to this much later, "
                             "fixed per occurrence")
-    misfire_policy: Literal["run_once", "run_all", "skip"] = "run_once"
+    misfire_policy: Literal["run_once", "run_all", "skip", "prompt"] = "run_once"
     catchup_window_s: float = Field(default=3600.0, ge=0, le=31 * 86400, description="how old a missed "
                                     "occurrence may be and still fire (run_once, run_all)")
     overlap_policy: Literal["skip", "buffer_one", "buffer_all", "cancel_other", "allow_all"] = "skip"

@@ -461,9 +461,10 @@ schedule_occurrences = Table(
     "schedule_occurrences", metadata,
     Column("schedule_id", String(40), primary_key=True),
     Column("planned_at", Float, primary_key=True),
-    Column("state", String(16), nullable=False),  # fired | buffered | skipped | missed
-    Column("reason", String(32), nullable=True),  # overlap | misfire | paused | manual | backfill
+    Column("state", String(16), nullable=False),  # fired | buffered | skipped | missed | asking | failed
+    Column("reason", String(32), nullable=True),  # overlap | misfire | manual | backfill | approved | rejected …
     Column("task_id", String(40), nullable=True),
+    Column("review_id", String(40), nullable=True),  # misfire policy `prompt`: the review item asking
     Column("decided_at", Float, nullable=False),
 )
 Index("ix_schedule_occurrences_buffered", schedule_occurrences.c.state, schedule_occurrences.c.schedule_id)

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from jsonschema import Draft202012Validator
 from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.clock import SYSTEM_CLOCK, Clock
@@ -55,6 +56,7 @@ class ReviewRequest:
     evidence: Any = None
     form: dict[str, Any] | None = None
     caller: str | None = None
+    item_id: str | None = None  # given by a caller that must raise an item once (raising it again returns it)
 
 
 def check_form(form: Mapping[str, Any]) -> None:
@@ -75,14 +77,18 @@ class ReviewService:
         if r.form is not None:
             check_form(r.form)
         now = self.clock.now()
-        row = {"id": "rv_" + new_id(), "queue": r.queue, "caller": r.caller, "subject_kind": r.subject_kind,
-               "subject_id": r.subject_id, "title": r.title, "payload": r.payload,
+        row = {"id": r.item_id or "rv_" + new_id(), "queue": r.queue, "caller": r.caller,
+               "subject_kind": r.subject_kind, "subject_id": r.subject_id, "title": r.title, "payload": r.payload,
                "evidence": r.evidence if r.evidence is not None else [], "form": r.form, "state": "pending",
                "assignee": None, "claim_until": None, "decision": None, "decided_by": None, "reason": None,
                "history": [{"action": "raised", "at": now}], "created_at": now, "expires_at": now + r.timeout_s,
                "decided_at": None, "updated_at": now}
-        async with write_transaction(self.engine) as conn:
-            await conn.execute(review_items.insert().values(**row))
+        try:
+            async with write_transaction(self.engine) as conn:
+                await conn.execute(review_items.insert().values(**row))
+        except IntegrityError:
+            if r.item_id is None:
+                raise
         return await self.get(row["id"])
 
     async def get(self, item_id: str) -> Mapping[Any, Any]:

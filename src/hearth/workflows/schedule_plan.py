@@ -9,7 +9,9 @@ process was down, or the database was) are *misfires*:
   are recorded as ``missed``;
 * ``run_all`` — every missed occurrence within the catch-up window fires, in order; older ones are
   recorded as ``missed``;
-* ``skip`` — every missed occurrence is recorded as ``missed``; none fires.
+* ``skip`` — every missed occurrence is recorded as ``missed``; none fires;
+* ``prompt`` — a human decides: the latest missed occurrence within the catch-up window is ``asking``
+  (a review item asks whether to run it, see :mod:`hearth.workflows.schedules`); the others are ``missed``.
 
 Occurrences older than the catch-up window (or the grace, whichever is longer) are passed over without
 a row each, so a schedule that fires every second and was down for a day writes a bounded number of
@@ -24,7 +26,7 @@ from zoneinfo import ZoneInfo
 
 from hearth.workflows.cron import CronSpec, fire_times, next_fire
 
-MISFIRE_POLICIES = ("run_once", "run_all", "skip")
+MISFIRE_POLICIES = ("run_once", "run_all", "skip", "prompt")
 OVERLAP_POLICIES = ("skip", "buffer_one", "buffer_all", "cancel_other", "allow_all")
 MISFIRE_GRACE_S = 30.0
 MAX_DUE = 1000  # occurrences decided in one pass for one schedule; the next pass goes on from there
@@ -45,6 +47,7 @@ class Due:
     planned_at: float
     fire: bool
     late: bool  # decided after the grace: a misfire (fired under run_once / run_all, else missed)
+    ask: bool = False  # a misfire a human is asked about (prompt)
 
 
 def due(timing: Timing, *, planned_through: float, now: float) -> tuple[list[Due], float]:
@@ -59,11 +62,13 @@ def due(timing: Timing, *, planned_through: float, now: float) -> tuple[list[Due
     through = times[-1] if len(times) == MAX_DUE else now
     late = [t for t in times if now - t > MISFIRE_GRACE_S]
     fire_late: set[float] = set()
+    latest_in_window = {late[-1]} if late and now - late[-1] <= timing.catchup_window_s else set()
     if timing.misfire_policy == "run_all":
         fire_late = {t for t in late if now - t <= timing.catchup_window_s}
-    elif timing.misfire_policy == "run_once" and late and now - late[-1] <= timing.catchup_window_s:
-        fire_late = {late[-1]}
-    out = [Due(t, fire=(now - t <= MISFIRE_GRACE_S) or t in fire_late, late=now - t > MISFIRE_GRACE_S)
+    elif timing.misfire_policy == "run_once":
+        fire_late = latest_in_window
+    ask = latest_in_window if timing.misfire_policy == "prompt" else set()
+    out = [Due(t, fire=(now - t <= MISFIRE_GRACE_S) or t in fire_late, late=now - t > MISFIRE_GRACE_S, ask=t in ask)
            for t in times]
     return out, through
 

@@ -10,8 +10,10 @@ submits it, and however often after a crash, the task engine holds one task per 
 
 What an occurrence becomes: ``fired`` (a task was or is being submitted), ``buffered`` (the overlap
 policy keeps it until the previous occurrence's task ends), ``skipped`` (overlap), ``missed`` (a
-misfire the policy does not run, see :mod:`hearth.workflows.schedule_plan`), ``failed`` (the task could
-not be submitted: an unknown type, a payload the type refuses — the error code is its reason).
+misfire the policy does not run, see :mod:`hearth.workflows.schedule_plan`), ``asking`` (misfire policy
+``prompt``: a review item asks a human; approved or modified it fires — as an explicit request, without
+overlap rules — rejected or expired it is ``missed``), ``failed`` (the task could not be submitted: an
+unknown type, a payload the type refuses — the error code is its reason).
 
 Overlap policies, judged against the latest fired occurrence's task (one not yet submitted counts as
 running): ``allow_all`` fires regardless; ``skip`` skips; ``buffer_one`` keeps one buffered occurrence
@@ -22,8 +24,10 @@ running): ``allow_all`` fires regardless; ``skip`` skips; ``buffer_one`` keeps o
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -41,6 +45,7 @@ from hearth.store.tables import schedule_occurrences, schedules, tasks
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.states import TERMINAL
 from hearth.workflows.cron import CronSpec, fire_times
+from hearth.workflows.reviews import ReviewRequest, ReviewService
 from hearth.workflows.schedule_plan import Due, Timing, due, jitter_s, next_occurrence
 
 log = get_logger("hearth.schedules")
@@ -80,6 +85,7 @@ def timing_of(row: Mapping[Any, Any]) -> Timing:
 class ScheduleService:
     engine: AsyncEngine
     tasks: TaskService
+    reviews: ReviewService
     clock: Clock = SYSTEM_CLOCK
 
     # ------------------------------------------------------------------ definitions
@@ -181,6 +187,7 @@ class ScheduleService:
             await self._decide(row, now)
         for schedule_id in buffered:
             await self._release_buffered(schedule_id)
+        await self._ask_and_settle()
         return await self.submit_decided()
 
     async def _decide(self, row: Mapping[Any, Any], now: float) -> None:
@@ -206,6 +213,9 @@ class ScheduleService:
             _occ.schedule_id == row["id"], _occ.state == "buffered"))).scalar_one())
         out: list[tuple[float, str, str | None]] = []
         for d in decisions:
+            if d.ask:
+                out.append((d.planned_at, "asking", "misfire"))
+                continue
             if not d.fire:
                 out.append((d.planned_at, "missed", "misfire"))
                 continue
@@ -251,7 +261,44 @@ class ScheduleService:
         dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
         stmt = dialect.insert(schedule_occurrences).on_conflict_do_nothing()
         await conn.execute(stmt, [{"schedule_id": schedule_id, "planned_at": t, "state": state, "reason": reason,
-                                   "task_id": None, "decided_at": now} for t, state, reason in outcomes])
+                                   "task_id": None, "review_id": None, "decided_at": now}
+                                  for t, state, reason in outcomes])
+
+    async def _ask_and_settle(self) -> None:
+        """Misfire policy ``prompt``: raise the review item of each ``asking`` occurrence (once: its id is
+        fixed by the occurrence), and settle those a human decided or that expired."""
+        async with self.engine.connect() as conn:
+            asking = (await conn.execute(select(schedule_occurrences, schedules.c.name, schedules.c.caller,
+                                                schedules.c.target, schedules.c.catchup_window_s).join(
+                schedules, schedules.c.id == _occ.schedule_id).where(_occ.state == "asking").limit(
+                _DUE_PER_TICK))).mappings().all()
+        for occ in asking:
+            if occ["review_id"] is None:
+                await self._ask(occ)
+                continue
+            review = await self.reviews.get(occ["review_id"])
+            outcome = {"approved": ("fired", "approved"), "modified": ("fired", "approved"),
+                       "rejected": ("missed", "rejected"), "expired": ("missed", "review_expired")}.get(review["state"])
+            if outcome is not None:
+                async with write_transaction(self.engine) as conn:
+                    await conn.execute(update(schedule_occurrences).where(
+                        _occ.schedule_id == occ["schedule_id"], _occ.planned_at == occ["planned_at"],
+                        _occ.state == "asking").values(state=outcome[0], reason=outcome[1],
+                                                      decided_at=self.clock.now()))
+
+    async def _ask(self, occ: Mapping[Any, Any]) -> None:
+        planned = occ["planned_at"]
+        item_id = "rv_sch_" + hashlib.sha256(f"{occ['schedule_id']}:{planned:.3f}".encode()).hexdigest()[:24]
+        when = datetime.fromtimestamp(planned, UTC).isoformat(timespec="seconds")
+        await self.reviews.raise_item(ReviewRequest(
+            title=f"Run the missed occurrence of schedule `{occ['name']}` planned at {when}?",
+            payload={"schedule_id": occ["schedule_id"], "planned_at": planned, "target": occ["target"]},
+            timeout_s=max(60.0, occ["catchup_window_s"]), queue="schedules", subject_kind="schedule_occurrence",
+            subject_id=f"{occ['schedule_id']}@{round(planned * 1000)}", caller=occ["caller"], item_id=item_id))
+        async with write_transaction(self.engine) as conn:
+            await conn.execute(update(schedule_occurrences).where(
+                _occ.schedule_id == occ["schedule_id"], _occ.planned_at == planned, _occ.review_id.is_(None))
+                .values(review_id=item_id))
 
     async def submit_decided(self) -> int:
         """Submit every fired occurrence that has no task yet (after a crash, whichever process comes next)."""

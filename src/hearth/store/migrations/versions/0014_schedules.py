@@ -46,6 +46,7 @@ def upgrade() -> None:
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("reason", sa.String(32), nullable=True),
         sa.Column("task_id", sa.String(40), nullable=True),
+        sa.Column("review_id", sa.String(40), nullable=True),
         sa.Column("decided_at", sa.Float, nullable=False),
     )
     op.create_index("ix_schedule_occurrences_buffered", "schedule_occurrences", ["state", "schedule_id"])
