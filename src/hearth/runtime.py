@@ -53,6 +53,7 @@ from hearth.tasks.engine import TaskEngine, build_task_engine
 from hearth.tasks.types import TaskTypes
 from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.reviews import ReviewService
+from hearth.workflows.runs import RunService
 from hearth.workflows.scheduler import Scheduler
 from hearth.workflows.schedules import ScheduleService
 
@@ -75,6 +76,7 @@ class Runtime:
     schedules: ScheduleService
     reviews: ReviewService
     workflows: DefinitionStore
+    runs: RunService
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
@@ -237,11 +239,13 @@ async def start_runtime(settings: Settings) -> Runtime:
     tasks = build_task_engine(settings, engine, types, services, session=session, run_worker=settings.embedded_worker)
     reviews = ReviewService(engine)
     schedule_service = ScheduleService(engine, tasks.service, reviews)
-    scheduler = (Scheduler((schedule_service.tick, reviews.expire_due), interval_s=settings.scheduler_interval_s)
-                 if settings.scheduler_enabled else None)
+    definitions = DefinitionStore(engine)
+    runs = RunService(engine, definitions, tasks.service, reviews)
+    scheduler = (Scheduler((schedule_service.tick, reviews.expire_due, runs.advance_all),
+                           interval_s=settings.scheduler_interval_s) if settings.scheduler_enabled else None)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
-                 schedules=schedule_service, reviews=reviews, workflows=DefinitionStore(engine), scheduler=scheduler,
+                 schedules=schedule_service, reviews=reviews, workflows=definitions, runs=runs, scheduler=scheduler,
                  _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()

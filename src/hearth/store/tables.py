@@ -505,3 +505,32 @@ workflow_definitions = Table(
     Column("digest", String(64), nullable=False),  # sha256 of the canonical spec: registering it again is a no-op
     Column("created_at", Float, nullable=False),
 )
+
+# owner: hearth.workflows.runs — a run of a registered workflow version, and the checkpoint of each step
+workflow_runs = Table(
+    "workflow_runs", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("workflow", String(128), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("caller", String(128), nullable=False),  # whose tasks its steps are
+    Column("input", JSON, nullable=False),
+    Column("state", String(16), nullable=False),  # running | succeeded | failed
+    Column("error", JSON, nullable=True),  # {step, code, message} of the step that failed the run
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+)
+Index("ix_workflow_runs_state", workflow_runs.c.state, workflow_runs.c.updated_at)
+
+workflow_steps = Table(
+    "workflow_steps", metadata,
+    Column("run_id", String(40), primary_key=True),
+    Column("step_id", String(128), primary_key=True),
+    Column("state", String(16), nullable=False),  # waiting | running | succeeded | failed | skipped | cancelled
+    Column("task_id", String(40), nullable=True),
+    Column("review_id", String(40), nullable=True),
+    Column("output", JSON, nullable=True),  # the checkpoint: a finished step never runs again
+    Column("error", JSON, nullable=True),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+)

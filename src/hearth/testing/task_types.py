@@ -1,6 +1,7 @@
 """Task types for tests and benchmarks (``HEARTH_TASK_MODULES=hearth.testing.task_types:register``).
 
 * ``test.noop`` — returns at once (engine overhead only);
+* ``test.echo`` — returns ``{"echo": payload}`` (a workflow test sees what a step was given);
 * ``test.sleep`` — waits ``payload.ms`` milliseconds, checking for cancel every 50 ms, and reports progress;
 * ``test.record`` — appends ``payload.tag`` and the attempt to the file ``payload.path`` (one line per run,
   so a crash test can count executions) and then waits ``payload.ms``;
@@ -18,6 +19,10 @@ from hearth.tasks.types import TaskContext, TaskType, TaskTypes
 
 async def noop(ctx: TaskContext) -> dict[str, Any]:
     return {}
+
+
+async def echo(ctx: TaskContext) -> dict[str, Any]:
+    return {"echo": ctx.payload}
 
 
 async def sleep(ctx: TaskContext) -> dict[str, Any]:
@@ -42,6 +47,7 @@ async def record(ctx: TaskContext) -> dict[str, Any]:
 def register(types: TaskTypes) -> None:
     queue = os.environ.get("HEARTH_TEST_TASK_QUEUE", "ai.default")
     types.register(TaskType("test.noop", noop, queue=queue))
+    types.register(TaskType("test.echo", echo, queue=queue))
     types.register(TaskType("test.sleep", sleep, queue=queue))
     types.register(TaskType("test.record", record, queue=queue))
     types.register(TaskType("test.unsafe_sleep", sleep, queue=queue, repeat_safe=False))
