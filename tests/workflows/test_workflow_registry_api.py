@@ -77,3 +77,21 @@ async def test_an_unknown_workflow_is_404_and_bad_yaml_is_400(server: Any, http:
     assert (await http.get(f"{url}/nope", headers=ADMIN)).json()["error"]["code"] == "workflow_not_found"
     bad = await http.post(url, content=b"name: [unclosed", headers={**ADMIN, "Content-Type": "application/yaml"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+
+
+async def test_a_run_is_started_and_read_over_http(server: Any, http: Any) -> None:
+    url = server.base_url + WORKFLOWS
+    assert (await http.post(url, json=DEFINITION, headers=ADMIN)).status_code == 201
+    started = await http.post(f"{url}/doc-review/runs", json={"caller": "tester", "input": {"text": "hi"}},
+                              headers=ADMIN)
+    assert started.status_code == 201, started.text
+    run = started.json()["data"]
+    assert (run["state"], run["version"], run["input"]) == ("running", 1, {"text": "hi"})
+    assert [(s["step_id"], s["state"]) for s in run["steps"]] == [("extract", "running"), ("check", "waiting"),
+                                                                  ("approve", "waiting")]
+    task = run["steps"][0]["task_id"]
+    again = (await http.get(f"{url}/runs/{run['id']}", headers=ADMIN)).json()["data"]
+    assert again["steps"][0]["task_id"] == task  # submitted once, whoever advances the run
+    assert (await http.post(f"{url}/doc-review/runs", json={"caller": "nobody"}, headers=ADMIN)).status_code == 400
+    assert (await http.get(f"{url}/runs/wfr_missing", headers=ADMIN)).json()["error"]["code"] == \
+        "workflow_run_not_found"

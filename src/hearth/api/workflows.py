@@ -2,7 +2,8 @@
 
 A registration is validated in full before anything is stored — a 400 names the path at fault
 (``details.param``, e.g. ``steps[2].needs[0]``) — and an unchanged definition registered again answers
-its existing version (``created: false``). Runs of these definitions are not built yet (docs/workflows.md).
+its existing version (``created: false``). A run executes a version as tasks and review items
+(:mod:`hearth.workflows.runs`); ``GET /runs/{id}`` shows every step's state, task or review, output and timings.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from typing import Any
 
 import yaml
 from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES
-from hearth.api.deps import read_body, require_admin, runtime
+from hearth.api.deps import read_body, read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
-from hearth.api.request_body import json_too_deep, parse_json_object
+from hearth.api.openai_schemas import request_body
+from hearth.api.request_body import json_too_deep, parse_json_object, parse_model
 from hearth.errors import HearthError
+from hearth.registry.names import RegistryName
 from hearth.workflows.definition_store import DefinitionStore
 
 router = APIRouter(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_admin)],
@@ -44,6 +48,29 @@ async def _definition_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict) or json_too_deep(body):
         raise HearthError("invalid_json", "The request body must be a YAML mapping of bounded depth.")
     return body
+
+
+class RunCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    caller: RegistryName = Field(description="whose tasks the run's steps are")
+    input: dict[str, Any] = Field(default_factory=dict)
+    version: int | None = Field(default=None, ge=1, description="default: the newest")
+
+
+@router.get("/runs/{run_id}", summary="A run: its state and every step's state, task or review, output and timings")
+async def get_run(run_id: str, request: Request) -> Response:
+    return ok(request, await runtime(request).runs.get(run_id))
+
+
+@router.post("/{name}/runs", summary="Start a run of a workflow (the newest version, or `version`)",
+             openapi_extra=request_body(RunCreate))
+async def start_run(name: str, request: Request) -> Response:
+    body = parse_model(RunCreate, await read_json_object(request), "run")
+    if body.caller not in runtime(request).gateway.registry.callers_by_name:
+        raise HearthError("invalid_request", f"No caller `{body.caller}` in the registry.", param="caller")
+    run = await runtime(request).runs.start(name, caller=body.caller, run_input=body.input, version=body.version)
+    return ok(request, run, status=201)
 
 
 @router.post("", summary="Register a workflow definition (a new version unless unchanged)",
