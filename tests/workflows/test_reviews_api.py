@@ -6,17 +6,10 @@ from typing import Any
 
 import pytest
 
-from tests.support import ADMIN, AUTH, gateway_registry
+from tests.support import ADMIN, AUTH
 
 REVIEWS = "/api/v1/reviews"
 FORM = {"type": "object", "required": ["plan"], "properties": {"plan": {"type": "string"}}}
-
-
-@pytest.fixture
-def server(fake: Any, hearth_server: Any, database_url: str) -> Any:
-    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
-                                  "upstream_model": "up"}])
-    return hearth_server(registry, database_url=database_url, embedded_worker=False)
 
 
 async def test_a_review_is_raised_claimed_and_decided_once_over_http(server: Any, http: Any) -> None:

@@ -6,17 +6,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import ADMIN, AUTH, gateway_registry
+from tests.support import ADMIN, AUTH
 
 SCHEDULES = "/api/v1/schedules"
-
-
-@pytest.fixture
-def server(fake: Any, hearth_server: Any, database_url: str) -> Any:
-    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
-                                  "upstream_model": "up"}])
-    return hearth_server(registry, database_url=database_url, task_modules=["hearth.testing.task_types:register"],
-                         embedded_worker=False)
 
 
 def body(**overrides: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import ADMIN, gateway_registry
+from tests.support import ADMIN
 
 WORKFLOWS = "/api/v1/workflows"
 DEFINITION: dict[str, Any] = {"name": "doc-review", "steps": [
@@ -18,14 +18,6 @@ DEFINITION: dict[str, Any] = {"name": "doc-review", "steps": [
     {"id": "approve", "kind": "approval", "needs": ["check"], "timeout_s": 86400,
      "form": {"type": "object"}},
 ]}
-
-
-@pytest.fixture
-def server(fake: Any, hearth_server: Any, database_url: str) -> Any:
-    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
-                                  "upstream_model": "up"}])
-    return hearth_server(registry, database_url=database_url, task_modules=["hearth.testing.task_types:register"],
-                         embedded_worker=False)
 
 
 async def test_a_definition_is_versioned_and_registering_it_unchanged_adds_nothing(server: Any, http: Any) -> None:
