@@ -26,6 +26,7 @@ This module owns ``workflow_runs`` and ``workflow_steps``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,18 +95,21 @@ class RunService:
 
     async def get(self, run_id: str) -> dict[str, Any]:
         """The run and every step (state, task or review, output, error, timings), in declaration order."""
+        view, _ = await self._load(run_id)
+        return view
+
+    async def _load(self, run_id: str) -> tuple[dict[str, Any], WorkflowDefinition]:
+        """The run's view (see :meth:`get`) and the definition version it runs, read once."""
         async with self.engine.connect() as conn:
             run = (await conn.execute(select(workflow_runs).where(_runs.id == run_id))).mappings().first()
             if run is None:
                 raise HearthError("workflow_run_not_found", f"No workflow run `{run_id}`.", param="run_id")
             steps = {r["step_id"]: dict(r) for r in (await conn.execute(
                 select(workflow_steps).where(_steps.run_id == run_id))).mappings()}
-        defn = await self._definition(run["workflow"], run["version"])
-        return {**dict(run), "steps": [{**{k: v for k, v in steps[s.id].items() if k != "run_id"}, "kind": s.kind,
+        defn = WorkflowDefinition.model_validate((await self.definitions.get(run["workflow"], run["version"]))["spec"])
+        view = {**dict(run), "steps": [{**{k: v for k, v in steps[s.id].items() if k != "run_id"}, "kind": s.kind,
                                         "needs": list(s.needs), "join": s.join} for s in defn.steps]}
-
-    async def _definition(self, name: str, version: int) -> WorkflowDefinition:
-        return WorkflowDefinition.model_validate((await self.definitions.get(name, version))["spec"])
+        return view, defn
 
     async def advance_all(self) -> int:
         """Move every running run on (the scheduler pass); how many runs were looked at."""
@@ -125,10 +129,9 @@ class RunService:
             pass
 
     async def _step_once(self, run_id: str) -> bool:
-        view = await self.get(run_id)
+        view, defn = await self._load(run_id)
         if view["state"] != "running":
             return False
-        defn = await self._definition(view["workflow"], view["version"])
         rows = {s["step_id"]: s for s in view["steps"]}
         by_id = {s.id: s for s in defn.steps}
         for step_id in topological_order(defn):
@@ -185,10 +188,7 @@ class RunService:
         for n in step.needs:
             row = rows[n]
             if row["state"] == "running" and row["task_id"]:
-                try:
-                    await self.tasks.cancel(row["task_id"], caller=None)
-                except HearthError:
-                    pass  # it ended meanwhile: its result is not used either
+                await self._cancel_task(row["task_id"])  # if it ended meanwhile, its result is not used either
                 await self._move(run_id, n, "running", {"state": "cancelled", "finished_at": self.clock.now(),
                                                         "error": {"code": "lost_the_race"}})
 
@@ -211,6 +211,10 @@ class RunService:
             return await self._end(run_id, step.id, "failed", error={"code": f"review_{item['state']}",
                                                                      "reason": item["reason"]})
         return False
+
+    async def _cancel_task(self, task_id: str) -> None:
+        with contextlib.suppress(HearthError):  # it ended meanwhile: nothing to cancel
+            await self.tasks.cancel(task_id, caller=None)
 
     # ------------------------------------------------------------------ the writers
 
@@ -239,10 +243,7 @@ class RunService:
             for s in defn.steps:  # stop what is left: nothing more of a failed run starts
                 row = rows[s.id]
                 if row["state"] == "running" and row["task_id"]:
-                    try:
-                        await self.tasks.cancel(row["task_id"], caller=None)
-                    except HearthError:
-                        pass
+                    await self._cancel_task(row["task_id"])
                 if row["state"] in ("waiting", "running"):
                     await self._move(run["id"], s.id, row["state"], {"state": "cancelled",
                                                                       "finished_at": self.clock.now()})
