@@ -55,6 +55,7 @@ from hearth.observability.logging import get_logger
 from hearth.state.base import Epoch, StateBackend, StateUnavailable
 from hearth.store.batch_insert import insert_isolating
 from hearth.store.db import stop_writer_task, write_lane
+from hearth.store.direct_sqlite import CommitUncertain, DirectSqliteWriter
 from hearth.store.rows_insert import insert_rows
 from hearth.store.tables import budget_ledger
 
@@ -175,6 +176,7 @@ class BudgetLedger:
         self._commit_task: asyncio.Task[None] | None = None
         self._epoch_read: tuple[float, asyncio.Task[Epoch | None]] | None = None  # (started at, read)
         self._conn: AsyncConnection | None = None
+        self._direct = DirectSqliteWriter.for_engine(engine)  # SQLite: reservations commit in one thread hop
         self._flush_s = flush_s
         self._batch = batch
         self.max_backlog = max_backlog
@@ -320,6 +322,9 @@ class BudgetLedger:
         rows = [{"call_id": g.id, "budget": counter.budget, "counter_key": key, "kind": "reserve",
                  "calls": counter.calls, "amount": counter.reserved, "refund": 0, "overrun": 0, "created_at": now}
                 for g in groups for key, counter in g.counters.items()]
+        if self._direct is not None:
+            await self._commit_direct(self._direct, rows, groups, waiting)
+            return
         committing = False
         for attempt in (1, 2):
             reused = self._conn is not None and not self._conn.closed
@@ -339,16 +344,34 @@ class BudgetLedger:
                 await self._drop_connection()
                 if attempt == 1 and reused and not committing:
                     continue  # the kept connection went stale (a database restart): once more, afresh
-                self.database_ok = False
-                self.last_error = type(exc).__name__
-                self.reservations_failed += len(waiting)
-                log.error("budget_reservation_commit_failed", calls=len(waiting), error=type(exc).__name__,
-                          uncertain=committing)
-                for g in groups:
-                    g.failed = True
-                for w in waiting:
-                    _settle_future(w.done, ReservationNotDurable(committing, "the database refused the reservation"))
+                self._commit_failed(groups, waiting, exc, uncertain=committing)
                 return
+        self._committed(rows, groups, waiting)
+
+    async def _commit_direct(self, writer: DirectSqliteWriter, rows: list[dict[str, Any]], groups: list[_Group],
+                             waiting: list[_Waiting]) -> None:
+        """The reservation commit on SQLite: one thread hop (see :mod:`hearth.store.direct_sqlite`)."""
+        try:
+            async with write_lane(self._engine):
+                await writer.insert(budget_ledger, rows)
+        except Exception as exc:
+            self._commit_failed(groups, waiting, exc, uncertain=isinstance(exc, CommitUncertain))
+            return
+        self._committed(rows, groups, waiting)
+
+    def _commit_failed(self, groups: list[_Group], waiting: list[_Waiting], exc: BaseException, *,
+                       uncertain: bool) -> None:
+        self.database_ok = False
+        self.last_error = type(exc).__name__
+        self.reservations_failed += len(waiting)
+        log.error("budget_reservation_commit_failed", calls=len(waiting), error=type(exc).__name__,
+                  uncertain=uncertain)
+        for g in groups:
+            g.failed = True
+        for w in waiting:
+            _settle_future(w.done, ReservationNotDurable(uncertain, "the database refused the reservation"))
+
+    def _committed(self, rows: list[dict[str, Any]], groups: list[_Group], waiting: list[_Waiting]) -> None:
         committed_at = time.monotonic()
         self.database_ok = True
         self.reservation_commits += 1
@@ -449,6 +472,8 @@ class BudgetLedger:
             with contextlib.suppress(Exception):
                 await self._commit_task
         await self._drop_connection()
+        if self._direct is not None:
+            await self._direct.close()
         if self._task is not None:
             self._stop.set()
             await stop_writer_task(self._task)

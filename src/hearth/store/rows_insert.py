@@ -68,6 +68,19 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[dict[s
     await conn.exec_driver_sql(plan.sql, params)
 
 
+def driver_statement(table: Table, dialect: Dialect, rows: Sequence[dict[str, Any]]) -> tuple[str, list[Any]]:
+    """The ``INSERT`` and the driver's parameters for ``rows``, for a caller that runs the driver itself
+    (:mod:`hearth.store.direct_sqlite`): the same SQL and bound values as :func:`insert_rows`. Every row
+    must carry exactly the table's columns but an autoincrement key (``ValueError`` otherwise)."""
+    plan = _plan(table, dialect)
+    if not plan.keys or any(len(row) != len(plan.keys) for row in rows):
+        raise ValueError(f"rows for {table.name} must carry exactly its columns")
+    try:
+        return plan.sql, _parameters(plan, rows)
+    except KeyError as exc:
+        raise ValueError(f"rows for {table.name} lack the column {exc}") from None
+
+
 def _parameters(plan: _Plan, rows: Sequence[dict[str, Any]]) -> list[Any]:
     values = itemgetter(*plan.keys)
     processed = [(i, p) for i, p in enumerate(plan.processors) if p is not None]

@@ -1,0 +1,112 @@
+"""DirectSqliteWriter stores exactly what SQLAlchemy stores, in one transaction that is all or nothing."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hearth.store.db import create_engine
+from hearth.store.direct_sqlite import DirectSqliteWriter
+from hearth.store.tables import budget_ledger
+
+
+def _rows(n: int, *, start: int = 0) -> list[dict[str, Any]]:
+    now = datetime(2026, 12, 2, 8, 0, 0, 250, tzinfo=UTC)
+    return [{"call_id": f"group-{i}", "budget": "daily", "counter_key": f"daily|caller:a|{i}", "kind": "reserve",
+             "calls": 1 + i, "amount": 10 * i, "refund": 0, "overrun": 0, "created_at": now + timedelta(seconds=i)}
+            for i in range(start, start + n)]
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, migrated_templates: Any) -> str:
+    """A migrated SQLite file: the only kind of database the direct writer serves (see the last test)."""
+    migrated_templates.sqlite_copy(tmp_path / "hearth.db")
+    return f"sqlite+aiosqlite:///{tmp_path}/hearth.db"
+
+
+async def _read(engine: AsyncEngine) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(budget_ledger).order_by(budget_ledger.c.id))).mappings().all()
+    return [{k: v for k, v in r.items() if k != "id"} for r in rows]
+
+
+async def test_rows_read_back_as_sqlalchemy_wrote_them(sqlite_url: str) -> None:
+    engine = create_engine(sqlite_url)
+    writer = DirectSqliteWriter.for_engine(engine)
+    assert writer is not None
+    try:
+        await writer.insert(budget_ledger, _rows(3))
+        async with engine.begin() as conn:
+            await conn.execute(budget_ledger.insert(), _rows(2, start=3))
+        await writer.insert(budget_ledger, _rows(1, start=5))  # after another connection wrote
+        got = await _read(engine)
+    finally:
+        await writer.close()
+        await engine.dispose()
+    expected = _rows(6)
+    assert [{**r, "created_at": r["created_at"].replace(tzinfo=UTC)} for r in got] == expected
+
+
+async def test_a_refused_batch_writes_nothing_and_the_next_one_commits(sqlite_url: str) -> None:
+    engine = create_engine(sqlite_url)
+    writer = DirectSqliteWriter.for_engine(engine)
+    assert writer is not None
+    bad = _rows(3)
+    bad[2]["amount"] = None  # NOT NULL: the driver refuses the third row of the batch
+    try:
+        with pytest.raises(sqlite3.IntegrityError):
+            await writer.insert(budget_ledger, bad)
+        await writer.insert(budget_ledger, _rows(2, start=10))
+        async with engine.connect() as conn:
+            ids = (await conn.execute(select(budget_ledger.c.call_id).order_by(budget_ledger.c.id))).scalars().all()
+    finally:
+        await writer.close()
+        await engine.dispose()
+    assert ids == ["group-10", "group-11"]
+
+
+async def test_rows_without_every_column_are_refused_before_the_database(sqlite_url: str) -> None:
+    engine = create_engine(sqlite_url)
+    writer = DirectSqliteWriter.for_engine(engine)
+    assert writer is not None
+    row = _rows(1)[0]
+    del row["overrun"]
+    try:
+        with pytest.raises(ValueError, match="budget_ledger"):
+            await writer.insert(budget_ledger, [row])
+        async with engine.connect() as conn:
+            count = await conn.scalar(select(func.count()).select_from(budget_ledger))
+    finally:
+        await writer.close()
+        await engine.dispose()
+    assert count == 0
+
+
+async def test_a_closed_writer_starts_afresh(sqlite_url: str) -> None:
+    engine = create_engine(sqlite_url)
+    writer = DirectSqliteWriter.for_engine(engine)
+    assert writer is not None
+    try:
+        await writer.insert(budget_ledger, _rows(1))
+        await writer.close()
+        await writer.insert(budget_ledger, _rows(1, start=1))
+        assert len(await _read(engine)) == 2
+    finally:
+        await writer.close()
+        await engine.dispose()
+
+
+def test_only_plain_sqlite_files_get_a_direct_writer(tmp_path: Path) -> None:
+    engines = {
+        "file": create_engine(f"sqlite+aiosqlite:///{tmp_path / 'a.db'}"),
+        "memory": create_engine("sqlite+aiosqlite:///:memory:"),
+        "postgres": create_engine("postgresql+asyncpg://u@127.0.0.1:5432/x"),
+    }
+    got = {name: DirectSqliteWriter.for_engine(e) is not None for name, e in engines.items()}
+    assert got == {"file": True, "memory": False, "postgres": False}
