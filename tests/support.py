@@ -12,6 +12,8 @@ import asyncio
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +34,17 @@ PG_ADMIN_DSN = os.environ.get("HEARTH_TEST_PG_DSN", "postgresql://postgres@127.0
 REDIS_URL = os.environ.get("HEARTH_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() == "true"
 MASTER_KEY = "00" * 32
+# Property tests run `examples(n)` cases: n in `make test`, n × this for a deeper search on demand
+# (`HEARTH_TEST_EXAMPLES_SCALE=10 .venv/bin/pytest tests/workflows/test_cron.py`).
+EXAMPLES_SCALE = float(os.environ.get("HEARTH_TEST_EXAMPLES_SCALE", "1"))
 
 AUTH = {"Authorization": "Bearer test-key-123"}
 ADMIN = {"Authorization": "Bearer admin-token-xyz"}
+
+
+def examples(n: int) -> int:
+    """``max_examples`` for a property test: ``n`` scaled by ``HEARTH_TEST_EXAMPLES_SCALE`` (default 1)."""
+    return max(1, round(n * EXAMPLES_SCALE))
 
 
 def chat_body(content: str = "hello", **extra: Any) -> dict[str, Any]:
@@ -198,3 +208,63 @@ async def post_many(urls: list[str], n: int, body: dict[str, Any], headers: dict
                 return Reply(resp.status, await resp.text(), {k.lower(): v for k, v in resp.headers.items()})
 
         return list(await asyncio.gather(*(one(urls[i % len(urls)]) for i in range(n))))
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def hearth_process(args: list[str], *, cwd: Path, env: dict[str, str],
+                   timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m hearth ARGS`` as an operator runs it: a real process in ``cwd`` whose HEARTH_* variables
+    are exactly ``env`` (the rest of this process's environment is inherited)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
+    full.update(env)
+    return subprocess.run([sys.executable, "-m", "hearth", *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def hearth_in_process(args: list[str], *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """What :func:`hearth_process` returns, without starting an interpreter (~1–2 s each): the typer app
+    of ``python -m hearth`` called in this process, in ``cwd``, with HEARTH_* exactly ``env`` (every other
+    HEARTH_* variable unset for the call, all restored after).
+
+    The process's exit is reproduced: ``sys.exit(n)`` / ``typer.Exit(n)`` → ``returncode`` n, a
+    ``SystemExit("message")`` → the message on stderr and 1, as the interpreter does. Log records of
+    WARNING and above go to stderr too, as Python's last-resort handler writes them in a process that
+    configured no logging (``hearth serve`` does; the commands run this way do not). Any other exception
+    propagates (the process would die with its traceback): the test fails with it.
+
+    Not thread-safe (it sets ``os.environ``, the working directory and ``sys.stdout``/``sys.stderr``);
+    from an async test, call it in a thread (``asyncio.to_thread``): the commands run ``asyncio.run``.
+    """
+    import logging
+
+    from typer.testing import CliRunner
+
+    from hearth.cli import app
+
+    overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith("HEARTH_")}
+    overrides.update(env)
+    root = logging.getLogger()
+    cwd_before = os.getcwd()
+    with CliRunner().isolation(env=overrides) as (out, err, _):
+        last_resort = logging.StreamHandler(sys.stderr)  # the isolated stderr
+        last_resort.setLevel(logging.WARNING)
+        root.addHandler(last_resort)
+        os.chdir(cwd)
+        try:
+            app(args, prog_name="hearth")
+            code = 0  # typer exits through SystemExit even on success; reaching here is exit 0 too
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                code = exc.code or 0
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        finally:
+            os.chdir(cwd_before)
+            root.removeHandler(last_resort)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return subprocess.CompletedProcess(["hearth", *args], code, out.getvalue().decode(),
+                                           err.getvalue().decode())

@@ -15,9 +15,9 @@ import httpx
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.support import AUTH, gateway_registry
+from tests.support import AUTH, examples, gateway_registry
 
-MAX_EXAMPLES = 150
+MAX_EXAMPLES = examples(60)
 
 _scalars = (st.none() | st.booleans()
             | st.integers(min_value=-(2**70), max_value=2**70)

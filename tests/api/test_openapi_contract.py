@@ -18,9 +18,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.support import ADMIN, AUTH, gateway_registry
+from tests.support import ADMIN, AUTH, examples, gateway_registry
 
-MAX_EXAMPLES = 30
+MAX_EXAMPLES = examples(15)
 SEED = 20261201
 
 

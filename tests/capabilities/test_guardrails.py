@@ -27,6 +27,7 @@ from hearth.capabilities.guardrails import (
     restore,
 )
 from hearth.errors import HearthError
+from tests.support import examples
 
 WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 
@@ -286,7 +287,7 @@ PII = {"phone": phones(), "id_card": ids(), "bank_card": cards(), "email": email
 FILLER = st.text(alphabet="你好世界请联系我的是， 。！", min_size=0, max_size=8)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("text"), FILLER),
                           *(st.tuples(st.just(kind), s) for kind, s in PII.items())), max_size=12))
 def test_every_generated_pii_value_is_replaced_by_a_placeholder_of_its_kind(pieces: list[tuple[str, str]]) -> None:
@@ -304,7 +305,7 @@ def test_every_generated_pii_value_is_replaced_by_a_placeholder_of_its_kind(piec
     assert restore(r.text, r.placeholders) == text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(st.one_of(st.text(max_size=12), *PII.values(), st.sampled_from(["[PHONE_1]", "[EMAIL_2]", "@", "-"])),
                 max_size=10), st.sampled_from(["", " ", "-", "x"]))
 def test_restore_undoes_redact_for_any_text(parts: list[str], sep: str) -> None:

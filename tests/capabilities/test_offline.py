@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hearth.capabilities.bill import BILL_SCHEMA, check_bill
 from hearth.capabilities.offline import extract_bill, split_sentences, summarize
+from tests.support import examples
 
 VALIDATOR = jsonschema.Draft202012Validator(BILL_SCHEMA)
 
@@ -163,7 +164,7 @@ def test_limits_below_one_are_refused(kwargs: dict[str, Any]) -> None:
         summarize(EN_TEXT, **kwargs)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(text=st.text(), n=st.integers(1, 5), max_chars=st.none() | st.integers(1, 200))
 def test_any_text_summarizes_within_its_limits(text: str, n: int, max_chars: int | None) -> None:
     summary = summarize(text, max_sentences=n, max_chars=max_chars)
@@ -348,7 +349,7 @@ BILL_WORDS = st.sampled_from([
 BILL_LIKE_TEXT = st.lists(BILL_WORDS | st.text(max_size=5), max_size=60).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(text=st.text() | BILL_LIKE_TEXT)
 def test_any_text_extracts_without_raising_to_a_valid_bill(text: str) -> None:
     VALIDATOR.validate(extract_bill(text))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearth.wire.sse import SSEEvent, SSEEventTooLarge, SSEParser, encode_event
+from tests.support import examples
 
 PIECES = ["Hello", " —", " 你好", " world", " 🔥🚀", " café", " ok"]
 
@@ -233,7 +234,7 @@ _datas = st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"")) | st.text(m
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     events=st.lists(st.tuples(_datas, _event_names), max_size=8),
     cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
@@ -304,7 +305,7 @@ _tokens = st.sampled_from(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     tokens=st.lists(_tokens, max_size=30),
     cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearth.workflows.cron import CronError, CronSpec, fire_times, next_fire
+from tests.support import examples
 
 UTC_ZONE = ZoneInfo("UTC")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -406,7 +407,7 @@ TRANSITIONS = [
 THREE_DAYS = 3 * 86_400
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(expr=FIVE_FIELDS, start_minute=st.integers(0, 4 * 365 * 1440))
 def test_utc_fire_times_agree_with_a_minute_by_minute_reference(expr: str, start_minute: int) -> None:
     spec = CronSpec.parse(expr)
@@ -415,7 +416,7 @@ def test_utc_fire_times_agree_with_a_minute_by_minute_reference(expr: str, start
     assert fire_times(spec, UTC_ZONE, after, until) == _reference(spec, UTC_ZONE, after, until)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(expr=FIVE_FIELDS, transition=st.sampled_from(TRANSITIONS), start_minute=st.integers(0, 2 * 1440))
 def test_fire_times_around_dst_transitions_agree_with_the_reference(
         expr: str, transition: tuple[str, date], start_minute: int) -> None:

@@ -31,6 +31,7 @@ from hearth.workflows.definitions import (
     upstream,
     validate_definition,
 )
+from tests.support import examples
 
 TASK_TYPES = {"summarize", "extract", "generate", "notify", "http.call"}
 WORKFLOWS = {"persist-lesson", "ocr"}
@@ -509,7 +510,7 @@ VALUES = st.one_of(
 STEPS = st.lists(st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=8), max_size=5)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(STEPS, st.sampled_from(["flow", "bad name", 7]))
 def test_any_input_is_either_a_definition_or_a_400_with_a_path(steps: list[dict[str, Any]], name: Any) -> None:
     try:
@@ -523,7 +524,7 @@ def test_any_input_is_either_a_definition_or_a_400_with_a_path(steps: list[dict[
         assert valid(defn.model_dump(mode="json", exclude_none=True)) == defn
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.lists(st.integers(0, 7), max_size=3), min_size=1, max_size=8))
 def test_topological_order_puts_every_source_before_its_target(needs: list[list[int]]) -> None:
     steps = [task(f"s{i}", *sorted({f"s{j}" for j in wanted if j < i})) for i, wanted in enumerate(needs)]

@@ -28,6 +28,7 @@ from hearth.workflows.expressions import (
     render,
     template_references,
 )
+from tests.support import examples
 
 SCOPE: dict[str, Any] = {
     "input": {
@@ -460,13 +461,13 @@ def exercise(text: str, scope: dict[str, Any]) -> None:
             assert 0 <= exc.position <= len(template)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.text(max_size=60), SCOPES)
 def test_random_text_never_raises_anything_but_expression_error(text: str, scope: dict[str, Any]) -> None:
     exercise(text, scope)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.sampled_from(TOKENS), max_size=20).map("".join), SCOPES)
 def test_random_token_soup_never_raises_anything_but_expression_error(text: str, scope: dict[str, Any]) -> None:
     exercise(text, scope)
@@ -482,7 +483,7 @@ FUNCTION_CALLS = st.recursive(
     max_leaves=12)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(FUNCTION_CALLS, SCOPES)
 def test_well_formed_expressions_evaluate_or_raise_expression_error_only(text: str, scope: dict[str, Any]) -> None:
     expr = parse(text)
