@@ -70,7 +70,10 @@ def as_hearth_error(exc: BaseException) -> HearthError:
 
 
 def classify(error: BaseException) -> tuple[Verdict, str]:
-    """The retry class of ``error`` on its own (before the policy's attempt count)."""
+    """The retry class of ``error`` on its own (before the policy's attempt count): a handler's exception as
+    raised, not as recorded — an unexpected one is recorded as ``internal_error`` yet fails at once."""
+    if isinstance(error, UpstreamHTTPError):
+        error = as_hearth_error(error)
     if not isinstance(error, HearthError):
         return "fail", "unknown"
     code = error.code
@@ -85,10 +88,12 @@ def classify(error: BaseException) -> tuple[Verdict, str]:
 
 def decide(error: BaseException, *, attempt: int, max_attempts: int, policy: RetryPolicy,
            rng: random.Random | None = None) -> Decision:
-    """What to do after attempt number ``attempt`` (1-based) of a task allowed ``max_attempts`` failed."""
+    """What to do after attempt number ``attempt`` (1-based) of a task allowed ``max_attempts`` failed with
+    ``error`` — the exception as the handler raised it (:func:`classify`)."""
     verdict, reason = classify(error)
-    if isinstance(error, HearthError) and error.code in policy.overrides:
-        verdict = policy.overrides[error.code]
+    code = as_hearth_error(error).code  # what the attempt records, and what a policy's overrides name
+    if code in policy.overrides:
+        verdict = policy.overrides[code]
     if verdict == "fail":
         return Decision("fail", 0.0, reason)
     if reason == "one_more" and attempt >= 2:

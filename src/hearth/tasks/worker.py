@@ -420,7 +420,8 @@ class _QueueRunner:
     def _failed_or_retried(self, ctx: TaskContext, ttype: TaskType, exc: BaseException, *, started_at: float) -> Move:
         error = as_hearth_error(exc)
         policy = ttype.retry or self.worker.config.default_retry
-        decision = decide(error, attempt=ctx.task.attempt, max_attempts=ctx.task.max_attempts, policy=policy)
+        # decided on the exception as raised: an unexpected one (a bug) fails at once, though recorded as internal_error
+        decision = decide(exc, attempt=ctx.task.attempt, max_attempts=ctx.task.max_attempts, policy=policy)
         body = {"code": error.code, "message": error.message, "details": error.details}
         now = self.worker.clock.now()
         if decision.verdict == "fail":
