@@ -1,9 +1,9 @@
 """Leases, fencing, cancel and shutdown, with two workers in one process on SQLite and PostgreSQL.
 
-A worker whose heartbeats stop loses its tasks to the reaper; when it wakes up its late result changes
-nothing (every write is fenced by attempt). A type not safe to repeat is held for an operator instead of
-re-run; one out of attempts fails with ``worker_lost``. Cancel kills a queued task at once and stops a
-running one at its next check, discarding its result. Shutdown hands running tasks back.
+A worker whose heartbeats stop loses its tasks to the reaper once the injected clock passes their lease; when
+it wakes up its late result changes nothing (every write is fenced by attempt). A type not safe to repeat is
+held for an operator instead of re-run; one out of attempts fails with ``worker_lost``. Cancel kills a queued
+task at once and stops a running one at its next check, discarding its result. Shutdown hands running tasks back.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ async def gated(ctx: TaskContext) -> dict[str, Any]:
     return {"attempt": ctx.task.attempt}
 
 
+async def prompt(ctx: TaskContext) -> dict[str, Any]:
+    return {"done": True}
+
+
 async def patient(ctx: TaskContext) -> dict[str, Any]:
     for _ in range(400):
         await asyncio.sleep(0.01)
@@ -45,6 +49,7 @@ def _types(*, unsafe: bool = False, max_attempts: int | None = None) -> TaskType
     retry = RetryPolicy(max_attempts=max_attempts) if max_attempts else None
     types.register(TaskType("gated", gated, queue="q.fast", repeat_safe=not unsafe, retry=retry))
     types.register(TaskType("patient", patient, queue="q.fast"))
+    types.register(TaskType("prompt", prompt, queue="q.fast"))
     return types
 
 
@@ -67,30 +72,41 @@ def _freeze_heartbeats(worker: Any) -> None:
     worker.heartbeats_paused = True  # as if the process froze for its leases (its tasks keep running)
 
 
+def _outlive_the_lease(clock: FakeClock) -> None:
+    """The injected clock moves past a claim's lease (``lease_s=1.2`` below): a worker that renewed it is
+    unaffected, a frozen one's lease has expired when a reaper (every 0.2 s of real time) next looks."""
+    clock.advance(1.3)
+
+
 async def test_a_stale_worker_cannot_overwrite_the_attempt_that_replaced_it(harness: Any) -> None:
-    h = harness(_types())
+    clock = FakeClock()
+    h = harness(_types(), clock)
     (row, _), = await h.service.submit([Submission("gated", {}, caller="c")])
     GATE[row["id"]] = asyncio.Event()
     stale = await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
     await _running(h, row["id"])
     _freeze_heartbeats(stale)
     await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
+    _outlive_the_lease(clock)
     done = (await h.wait_terminal([row["id"]]))[row["id"]]
     assert (done["state"], done["attempt"], done["result"]) == ("succeeded", 2, {"attempt": 2})
     GATE[row["id"]].set()  # the stale attempt now finishes and tries to write its result
-    await asyncio.sleep(0.5)
+    await stale.stop()  # which has been written (or refused) once its worker has stopped
+    h.workers.remove(stale)
     again = await h.service.get(row["id"], caller=None)
     assert (again["state"], again["attempt"], again["result"]) == ("succeeded", 2, {"attempt": 2})
     assert await _attempts(h, row["id"]) == [(1, "lease_expired"), (2, "succeeded")]
 
 
 async def test_an_unsafe_type_lost_with_its_worker_is_held_for_an_operator(harness: Any) -> None:
-    h = harness(_types(unsafe=True))
+    clock = FakeClock()
+    h = harness(_types(unsafe=True), clock)
     (row, _), = await h.service.submit([Submission("gated", {}, caller="c")])
     GATE[row["id"]] = asyncio.Event()
     stale = await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
     await _running(h, row["id"])
     _freeze_heartbeats(stale)
+    _outlive_the_lease(clock)
     held = (await h.wait_terminal([row["id"]]))[row["id"]]
     assert held["state"] == "hold" and "not safe to repeat" in held["hold_reason"]
     GATE[row["id"]].set()  # the lost attempt finishes after all: its result must not end the held task
@@ -108,12 +124,14 @@ async def test_an_unsafe_type_lost_with_its_worker_is_held_for_an_operator(harne
 
 
 async def test_out_of_attempts_a_lost_task_fails_with_worker_lost_and_a_p1_dead_letter(harness: Any) -> None:
-    h = harness(_types(max_attempts=1))
+    clock = FakeClock()
+    h = harness(_types(max_attempts=1), clock)
     (row, _), = await h.service.submit([Submission("gated", {}, caller="c")])
     GATE[row["id"]] = asyncio.Event()
     stale = await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
     await _running(h, row["id"])
     _freeze_heartbeats(stale)
+    _outlive_the_lease(clock)
     failed = (await h.wait_terminal([row["id"]]))[row["id"]]
     assert (failed["state"], failed["error_code"]) == ("failed", "worker_lost")
     letter = await h.service.dead_letter(row["id"])
@@ -154,7 +172,7 @@ async def test_shutdown_hands_running_tasks_back_to_the_queue(harness: Any) -> N
 async def test_a_task_due_later_waits_until_its_time_on_the_injected_clock(harness: Any) -> None:
     clock = FakeClock()
     h = harness(_types(), clock)
-    (row, _), = await h.service.submit([Submission("patient", {}, caller="c", run_after=clock.now() + 3600)])
+    (row, _), = await h.service.submit([Submission("prompt", {}, caller="c", run_after=clock.now() + 3600)])
     assert row["state"] == "waiting"
     worker = await h.worker(concurrency=2)
     assert await worker.reap_once() == 0
@@ -162,7 +180,7 @@ async def test_a_task_due_later_waits_until_its_time_on_the_injected_clock(harne
     clock.advance(3601)
     assert await worker.reap_once() == 1
     done = (await h.wait_terminal([row["id"]]))[row["id"]]
-    assert done["state"] == "succeeded"
+    assert done["state"] == "succeeded" and done["result"] == {"done": True}
 
 
 def test_a_heartbeat_slower_than_a_third_of_the_lease_is_refused_at_start() -> None:
