@@ -1,4 +1,9 @@
-"""The `hearth` command line: apply is idempotent and refuses bad files whole."""
+"""The `hearth` command line: apply is idempotent and refuses bad files whole.
+
+The commands run in this process (``tests.support.hearth_in_process``: exit code, stdout and stderr),
+except where an operator's view is the point: a refused file, and a refused ``hearth serve``, are run
+as real ``python -m hearth`` processes.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,21 @@ from pathlib import Path
 
 import yaml
 
-from tests.support import MASTER_KEY
+from tests.support import MASTER_KEY, hearth_in_process, hearth_process
+
+
+def _env(cwd: Path) -> dict[str, str]:
+    return {"HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{cwd}/h.db", "HEARTH_MASTER_KEY": MASTER_KEY}
 
 
 def _hearth(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{cwd}/h.db", "HEARTH_MASTER_KEY": MASTER_KEY}
-    env.pop("HEARTH_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "hearth", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    """``hearth ARGS`` in this process."""
+    return hearth_in_process(args, cwd=cwd, env=_env(cwd))
+
+
+def _hearth_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m hearth ARGS`` as a real process."""
+    return hearth_process(args, cwd=cwd, env=_env(cwd))
 
 
 REGISTRY = {
@@ -80,7 +92,7 @@ def test_apply_refuses_a_file_with_a_dangling_reference(tmp_path: Path) -> None:
     bad = {**REGISTRY, "models": [{"name": "m", "endpoints": ["nope"]}]}
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
-    out = _hearth(["apply", str(path)], tmp_path)
+    out = _hearth_process(["apply", str(path)], tmp_path)
     assert out.returncode == 2 and "unknown endpoint 'nope'" in out.stderr
     # refused whole: the valid endpoint in the same file was not written either
     good_again = tmp_path / "providers-only.yaml"

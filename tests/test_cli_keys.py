@@ -1,24 +1,33 @@
-"""`hearth keys`: a key is printed once, listed by prefix, rotated, revoked; errors exit 2."""
+"""`hearth keys`: a key is printed once, listed by prefix, rotated, revoked; errors exit 2.
+
+The commands run in this process (``tests.support.hearth_in_process``: exit code, stdout and stderr);
+a refused create also as a real ``python -m hearth`` process, as an operator sees it.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.support import MASTER_KEY, gateway_registry
+from tests.support import MASTER_KEY, gateway_registry, hearth_in_process, hearth_process
 
 _KEY = re.compile(r"^key: (\S+)$", re.MULTILINE)
 
 
+def _env(cwd: Path) -> dict[str, str]:
+    return {"HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{cwd}/h.db", "HEARTH_MASTER_KEY": MASTER_KEY}
+
+
 def _hearth(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{cwd}/h.db", "HEARTH_MASTER_KEY": MASTER_KEY}
-    env.pop("HEARTH_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "hearth", "keys", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    """``hearth keys ARGS`` in this process."""
+    return hearth_in_process(["keys", *args], cwd=cwd, env=_env(cwd))
+
+
+def _hearth_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m hearth keys ARGS`` as a real process."""
+    return hearth_process(["keys", *args], cwd=cwd, env=_env(cwd))
 
 
 def _issued_key(out: subprocess.CompletedProcess[str]) -> str:
@@ -53,7 +62,7 @@ def test_create_list_rotate_revoke(tmp_path: Path) -> None:
 
 def test_errors_exit_2_with_a_message_and_change_nothing(tmp_path: Path) -> None:
     key = _issued_key(_hearth(["create", "app"], tmp_path))
-    dup = _hearth(["create", "app"], tmp_path)
+    dup = _hearth_process(["create", "app"], tmp_path)
     assert dup.returncode == 2 and "already exists" in dup.stderr and "key:" not in dup.stdout
     assert _listed(tmp_path)["app"][1] == key[:6]  # the first key is still the one on record
 

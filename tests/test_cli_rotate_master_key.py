@@ -1,19 +1,21 @@
 """`hearth rotate-master-key`: every secret moves to the new key in one transaction, or nothing does.
 
-Run as an operator would (a subprocess), on SQLite and PostgreSQL; afterwards a real server started
-with only the new key serves a caller that signs with its own key.
+On SQLite and PostgreSQL; afterwards a real server started with only the new key serves a caller that
+signs with its own key. The command runs in this process (``tests.support.hearth_in_process``: its exit
+code, stdout and stderr, with exactly the HEARTH_* environment given); a rotation that cannot read one
+value is also run as a real ``python -m hearth`` process, as an operator sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from sqlalchemy import select
 
@@ -25,6 +27,7 @@ from hearth.settings import Settings
 from hearth.store.db import create_engine
 from hearth.store.tables import callers, metadata
 from hearth.testing.server_thread import HearthServerThread
+from tests.support import hearth_in_process, hearth_process
 
 OLD = "aa" * 32
 NEW = "bb" * 32
@@ -40,15 +43,24 @@ REGISTRY: dict[str, Any] = {
 }
 
 
-def _hearth(args: list[str], cwd: Path, database_url: str, master_key: str | None = OLD,
-            **env_extra: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-    env["HEARTH_DATABASE_URL"] = database_url
+def _env(database_url: str, master_key: str | None, env_extra: dict[str, str]) -> dict[str, str]:
+    env = {"HEARTH_DATABASE_URL": database_url}
     if master_key is not None:
         env["HEARTH_MASTER_KEY"] = master_key
     env.update(env_extra)
-    return subprocess.run([sys.executable, "-m", "hearth", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return env
+
+
+def _hearth(args: list[str], cwd: Path, database_url: str, master_key: str | None = OLD,
+            **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """``hearth ARGS`` in this process, with only these HEARTH_* variables."""
+    return hearth_in_process(args, cwd=cwd, env=_env(database_url, master_key, env_extra))
+
+
+def _hearth_process(args: list[str], cwd: Path, database_url: str, master_key: str | None = OLD,
+                    **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """``python -m hearth ARGS`` as a real process, with only these HEARTH_* variables."""
+    return hearth_process(args, cwd=cwd, env=_env(database_url, master_key, env_extra))
 
 
 def _applied(tmp_path: Path, database_url: str) -> None:
@@ -116,25 +128,35 @@ def test_rotation_moves_every_secret_and_a_server_on_the_new_key_serves_signed_c
         server.stop()
 
 
-def test_a_rotation_that_cannot_read_one_value_changes_nothing(tmp_path, database_url):
+async def _store_ops_key_under_a_stranger(database_url: str) -> None:
+    engine = create_engine(database_url)
+    try:
+        async with engine.begin() as conn:  # "ops" sorts after "billing": billing is rewritten first
+            token = KeyVault(parse_master_key(STRANGER)).encrypt("x-signing-key-0123456", signing_key_context("ops"))
+            await conn.execute(callers.update().where(callers.c.name == "ops").values(signing_key_enc=token))
+    finally:
+        await engine.dispose()
+
+
+def _a_rotation_that_cannot_read_one_value(tmp_path: Path, database_url: str,
+                                           hearth: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     _applied(tmp_path, database_url)
-
-    async def _store_ops_key_under_a_stranger() -> None:
-        engine = create_engine(database_url)
-        try:
-            async with engine.begin() as conn:  # "ops" sorts after "billing": billing is rewritten first
-                token = KeyVault(parse_master_key(STRANGER)).encrypt("x-signing-key-0123456",
-                                                                     signing_key_context("ops"))
-                await conn.execute(callers.update().where(callers.c.name == "ops").values(signing_key_enc=token))
-        finally:
-            await engine.dispose()
-
-    asyncio.run(_store_ops_key_under_a_stranger())
+    asyncio.run(_store_ops_key_under_a_stranger(database_url))
     before = asyncio.run(_dump(database_url))
-    out = _hearth(["rotate-master-key", "--new-key-file", str(_key_file(tmp_path, NEW))], tmp_path, database_url)
+    out = hearth(["rotate-master-key", "--new-key-file", str(_key_file(tmp_path, NEW))], tmp_path, database_url)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "the signing key of caller 'ops'" in out.stderr and "Nothing was changed" in out.stderr
     assert asyncio.run(_dump(database_url)) == before
+
+
+def test_a_rotation_that_cannot_read_one_value_changes_nothing(tmp_path, database_url):
+    _a_rotation_that_cannot_read_one_value(tmp_path, database_url, _hearth)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # both kinds in the test above
+def test_the_real_command_refuses_that_rotation_with_exit_2_and_changes_nothing(tmp_path, database_url):
+    """The operator's view of the test above: ``python -m hearth rotate-master-key`` as a real process."""
+    _a_rotation_that_cannot_read_one_value(tmp_path, database_url, _hearth_process)
 
 
 def test_a_dry_run_reports_and_writes_nothing(tmp_path, database_url):

@@ -4,6 +4,9 @@ Before, a signing key stored under another master key was read as absent, so a c
 silently switched to the global ``HEARTH_SIGNATURE_KEY``. Now start-up is refused with a message naming
 the caller, the refused start writes nothing (every row byte-identical), and a running process that
 meets such a key on reload keeps its current snapshot instead of switching anyone to the global key.
+
+The refusals are checked in this process (the settings ``hearth serve`` reads from the same environment,
+then the start-up it runs, :func:`hearth.runtime.start_runtime`); one case also as a real ``hearth serve``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +26,10 @@ from sqlalchemy import select
 
 from hearth.auth.signing import signed_headers
 from hearth.registry.config import RegistrySpec
-from hearth.registry.key_vault import KeyVault, parse_master_key
+from hearth.registry.key_vault import KeyVault, KeyVaultError, parse_master_key
 from hearth.registry.store import apply_registry, bump_version
-from hearth.settings import Settings
+from hearth.runtime import start_runtime
+from hearth.settings import Settings, load_settings
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import callers, metadata
 from hearth.testing.server_thread import HearthServerThread, free_port
@@ -80,12 +85,36 @@ def _settings(tmp_path: Any, database_url: str, master_key: str, registry: dict[
                     require_signatures=True, signature_key=GLOBAL_KEY, registry_refresh_s=0.2, **extra)
 
 
+def _serve_env(tmp_path: Path, database_url: str, master_key: str, registry: dict[str, Any]) -> dict[str, str]:
+    """The HEARTH_* environment of the refused ``hearth serve``."""
+    config = write_config(tmp_path / "refused.yaml", registry)
+    return {"HEARTH_CONFIG": str(config), "HEARTH_DATABASE_URL": database_url, "HEARTH_MASTER_KEY": master_key,
+            "HEARTH_REQUIRE_SIGNATURES": "true", "HEARTH_SIGNATURE_KEY": GLOBAL_KEY, "HEARTH_PORT": str(free_port())}
+
+
+def _start_in_process(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                      caplog: pytest.LogCaptureFixture) -> tuple[KeyVaultError, str]:
+    """``hearth serve``'s start-up in this process, in ``tmp_path``: the settings it reads from exactly
+    these HEARTH_* variables, then :func:`start_runtime` (what its server runs before listening), which
+    must refuse. (The exception, and what the process would print: its traceback and the log lines.)"""
+    for name in [n for n in os.environ if n.startswith("HEARTH_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings()
+    caplog.set_level(settings.log_level.upper())  # `hearth serve` logs at this level
+    with pytest.raises(KeyVaultError) as info:  # uncaught: the process exits non-zero
+        asyncio.run(start_runtime(settings))
+    printed = "".join(traceback.format_exception(info.value)) + "\n".join(
+        f"{r.getMessage()} {getattr(r, 'hearth_fields', '')}" for r in caplog.records)
+    return info.value, printed
+
+
 def _serve(tmp_path: Path, database_url: str, master_key: str, registry: dict[str, Any]) -> tuple[int, str]:
     """Run ``hearth serve`` as an operator would; (exit code, everything it printed)."""
-    config = write_config(tmp_path / "refused.yaml", registry)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-    env.update(HEARTH_CONFIG=str(config), HEARTH_DATABASE_URL=database_url, HEARTH_MASTER_KEY=master_key,
-               HEARTH_REQUIRE_SIGNATURES="true", HEARTH_SIGNATURE_KEY=GLOBAL_KEY, HEARTH_PORT=str(free_port()))
+    env.update(_serve_env(tmp_path, database_url, master_key, registry))
     proc = subprocess.Popen([sys.executable, "-m", "hearth", "serve"], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -97,16 +126,34 @@ def _serve(tmp_path: Path, database_url: str, master_key: str, registry: dict[st
     return proc.returncode, out
 
 
-@pytest.mark.parametrize("config", ["key-only-in-db", "key-also-in-config", "config-changes-the-registry"])
-def test_start_with_another_master_key_is_refused_naming_the_caller_and_writes_nothing(
-        tmp_path, database_url, config):
-    asyncio.run(_seed(database_url, KEY_A))
-    before = asyncio.run(_dump(database_url))
+def _refused_registry(config: str) -> dict[str, Any]:
     registry = _registry(with_signing_key=config == "key-also-in-config")
     if config == "config-changes-the-registry":  # the apply at start has something to write
         registry["endpoints"][0]["upstream_model"] = "sim-2"
         registry["callers"][0]["enabled"] = False
-    code, out = _serve(tmp_path, database_url, KEY_B, registry)
+    return registry
+
+
+@pytest.mark.parametrize("config", ["key-only-in-db", "key-also-in-config", "config-changes-the-registry"])
+def test_start_with_another_master_key_is_refused_naming_the_caller_and_writes_nothing(
+        tmp_path, database_url, config, monkeypatch, caplog):
+    asyncio.run(_seed(database_url, KEY_A))
+    before = asyncio.run(_dump(database_url))
+    env = _serve_env(tmp_path, database_url, KEY_B, _refused_registry(config))
+    exc, out = _start_in_process(tmp_path, env, monkeypatch, caplog)
+    assert "cannot decrypt the signing key of caller 'billing'" in str(exc), out
+    assert SIGNING_KEY not in out and KEY_A not in out and KEY_B not in out
+    assert asyncio.run(_dump(database_url)) == before  # byte-identical: nothing re-encrypted, nothing bumped
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # both kinds refuse in the test above
+def test_hearth_serve_with_another_master_key_exits_non_zero_naming_the_caller_and_writes_nothing(
+        tmp_path, database_url):
+    """The operator's view of the refusal above, as a real ``hearth serve`` process (the apply at start
+    has something to write)."""
+    asyncio.run(_seed(database_url, KEY_A))
+    before = asyncio.run(_dump(database_url))
+    code, out = _serve(tmp_path, database_url, KEY_B, _refused_registry("config-changes-the-registry"))
     assert code != 0, out
     assert "cannot decrypt the signing key of caller 'billing'" in out, out
     assert SIGNING_KEY not in out and KEY_A not in out and KEY_B not in out
