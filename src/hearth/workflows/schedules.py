@@ -177,18 +177,23 @@ class ScheduleService:
         """Decide what is due, release buffered occurrences whose predecessor ended, submit what was
         decided; the number of tasks submitted."""
         now = self.clock.now()
-        async with self.engine.connect() as conn:
+        async with self.engine.connect() as conn:  # one connection for what a pass with nothing to do reads
             due_rows = (await conn.execute(select(schedules).where(
                 schedules.c.next_at <= now, schedules.c.paused.is_(False)).order_by(schedules.c.next_at)
                 .limit(_DUE_PER_TICK))).mappings().all()
             buffered = (await conn.execute(select(_occ.schedule_id).where(_occ.state == "buffered")
                                            .distinct().limit(_DUE_PER_TICK))).scalars().all()
+            asking: Sequence[Mapping[Any, Any]] | None = await self._asking(conn)
+            pending: Sequence[Mapping[Any, Any]] | None = await self._pending(conn)
+        if due_rows or buffered:  # what this pass decides or releases is read again below
+            asking = pending = None
         for row in due_rows:
             await self._decide(row, now)
         for schedule_id in buffered:
             await self._release_buffered(schedule_id)
-        await self._ask_and_settle()
-        return await self.submit_decided()
+        if await self._ask_and_settle(asking):  # some now fire
+            pending = None
+        return await self.submit_decided(pending)
 
     async def _decide(self, row: Mapping[Any, Any], now: float) -> None:
         timing = timing_of(row)
@@ -264,14 +269,20 @@ class ScheduleService:
                                    "task_id": None, "review_id": None, "decided_at": now}
                                   for t, state, reason in outcomes])
 
-    async def _ask_and_settle(self) -> None:
+    async def _asking(self, conn: AsyncConnection) -> Sequence[Mapping[Any, Any]]:
+        return (await conn.execute(select(schedule_occurrences, schedules.c.name, schedules.c.caller,
+                                          schedules.c.target, schedules.c.catchup_window_s).join(
+            schedules, schedules.c.id == _occ.schedule_id).where(_occ.state == "asking").limit(
+            _DUE_PER_TICK))).mappings().all()
+
+    async def _ask_and_settle(self, asking: Sequence[Mapping[Any, Any]] | None = None) -> int:
         """Misfire policy ``prompt``: raise the review item of each ``asking`` occurrence (once: its id is
-        fixed by the occurrence), and settle those a human decided or that expired."""
-        async with self.engine.connect() as conn:
-            asking = (await conn.execute(select(schedule_occurrences, schedules.c.name, schedules.c.caller,
-                                                schedules.c.target, schedules.c.catchup_window_s).join(
-                schedules, schedules.c.id == _occ.schedule_id).where(_occ.state == "asking").limit(
-                _DUE_PER_TICK))).mappings().all()
+        fixed by the occurrence), and settle those a human decided or that expired; how many now fire.
+        ``asking``: those occurrences, if the caller has just read them."""
+        if asking is None:
+            async with self.engine.connect() as conn:
+                asking = await self._asking(conn)
+        fired = 0
         for occ in asking:
             if occ["review_id"] is None:
                 await self._ask(occ)
@@ -281,10 +292,12 @@ class ScheduleService:
                        "rejected": ("missed", "rejected"), "expired": ("missed", "review_expired")}.get(review["state"])
             if outcome is not None:
                 async with write_transaction(self.engine) as conn:
-                    await conn.execute(update(schedule_occurrences).where(
+                    settled = await conn.execute(update(schedule_occurrences).where(
                         _occ.schedule_id == occ["schedule_id"], _occ.planned_at == occ["planned_at"],
                         _occ.state == "asking").values(state=outcome[0], reason=outcome[1],
                                                       decided_at=self.clock.now()))
+                fired += settled.rowcount if outcome[0] == "fired" else 0
+        return fired
 
     async def _ask(self, occ: Mapping[Any, Any]) -> None:
         planned = occ["planned_at"]
@@ -300,13 +313,18 @@ class ScheduleService:
                 _occ.schedule_id == occ["schedule_id"], _occ.planned_at == planned, _occ.review_id.is_(None))
                 .values(review_id=item_id))
 
-    async def submit_decided(self) -> int:
-        """Submit every fired occurrence that has no task yet (after a crash, whichever process comes next)."""
-        async with self.engine.connect() as conn:
-            pending = (await conn.execute(select(schedule_occurrences, schedules).join(
-                schedules, schedules.c.id == _occ.schedule_id).where(
-                _occ.state == "fired", _occ.task_id.is_(None)).order_by(_occ.planned_at).limit(
-                _DUE_PER_TICK))).mappings().all()
+    async def _pending(self, conn: AsyncConnection) -> Sequence[Mapping[Any, Any]]:
+        return (await conn.execute(select(schedule_occurrences, schedules).join(
+            schedules, schedules.c.id == _occ.schedule_id).where(
+            _occ.state == "fired", _occ.task_id.is_(None)).order_by(_occ.planned_at).limit(
+            _DUE_PER_TICK))).mappings().all()
+
+    async def submit_decided(self, pending: Sequence[Mapping[Any, Any]] | None = None) -> int:
+        """Submit every fired occurrence that has no task yet (after a crash, whichever process comes next).
+        ``pending``: those occurrences, if the caller has just read them."""
+        if pending is None:
+            async with self.engine.connect() as conn:
+                pending = await self._pending(conn)
         submitted = 0
         for occ in pending:
             submitted += await self._submit(occ)
