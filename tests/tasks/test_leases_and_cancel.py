@@ -72,10 +72,16 @@ def _freeze_heartbeats(worker: Any) -> None:
     worker.heartbeats_paused = True  # as if the process froze for its leases (its tasks keep running)
 
 
+# Leases on the injected clock: one runs out only when a test moves the clock past it, and no heartbeat comes
+# round during a test (the first is 20 minutes of real time away), so none can be under way when a test
+# freezes a worker and renew its lease after the clock has moved.
+LEASE = {"lease_s": 3600.0, "heartbeat_s": 1200.0}
+
+
 def _outlive_the_lease(clock: FakeClock) -> None:
-    """The injected clock moves past a claim's lease (``lease_s=1.2`` below): a worker that renewed it is
-    unaffected, a frozen one's lease has expired when a reaper (every 0.2 s of real time) next looks."""
-    clock.advance(1.3)
+    """Move the injected clock past every lease claimed so far: a reaper (every 0.2 s of real time) then
+    settles them."""
+    clock.advance(LEASE["lease_s"] + 1)
 
 
 async def test_a_stale_worker_cannot_overwrite_the_attempt_that_replaced_it(harness: Any) -> None:
@@ -83,10 +89,10 @@ async def test_a_stale_worker_cannot_overwrite_the_attempt_that_replaced_it(harn
     h = harness(_types(), clock)
     (row, _), = await h.service.submit([Submission("gated", {}, caller="c")])
     GATE[row["id"]] = asyncio.Event()
-    stale = await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
+    stale = await h.worker(concurrency=2, **LEASE)
     await _running(h, row["id"])
     _freeze_heartbeats(stale)
-    await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
+    await h.worker(concurrency=2, **LEASE)
     _outlive_the_lease(clock)
     done = (await h.wait_terminal([row["id"]]))[row["id"]]
     assert (done["state"], done["attempt"], done["result"]) == ("succeeded", 2, {"attempt": 2})
@@ -103,7 +109,7 @@ async def test_an_unsafe_type_lost_with_its_worker_is_held_for_an_operator(harne
     h = harness(_types(unsafe=True), clock)
     (row, _), = await h.service.submit([Submission("gated", {}, caller="c")])
     GATE[row["id"]] = asyncio.Event()
-    stale = await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
+    stale = await h.worker(concurrency=2, **LEASE)
     await _running(h, row["id"])
     _freeze_heartbeats(stale)
     _outlive_the_lease(clock)
@@ -128,7 +134,7 @@ async def test_out_of_attempts_a_lost_task_fails_with_worker_lost_and_a_p1_dead_
     h = harness(_types(max_attempts=1), clock)
     (row, _), = await h.service.submit([Submission("gated", {}, caller="c")])
     GATE[row["id"]] = asyncio.Event()
-    stale = await h.worker(concurrency=2, lease_s=1.2, heartbeat_s=0.4)
+    stale = await h.worker(concurrency=2, **LEASE)
     await _running(h, row["id"])
     _freeze_heartbeats(stale)
     _outlive_the_lease(clock)
