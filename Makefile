@@ -20,8 +20,9 @@ serve: $(STAMP)
 	$(BIN)/hearth serve
 
 # pytest in two parts: all but the `serial` tests on three workers (xdist; most tests wait on sockets,
-# databases and child processes, so a third worker on two cores measured 139 s instead of 182 s), then those alone
-# (tests/e2e/'s real processes; load tests whose timing a second worker would distort). Coverage of
+# databases and child processes, so a third worker on two cores measured 139 s instead of 182 s), then those alone:
+# tests/e2e/ (real processes; load tests whose timing a second worker would distort), which is where every
+# serial test lives (tests/test_test_hygiene.py), so the second run collects only that directory. Coverage of
 # src/hearth is collected across both and reported at the end (the test processes only: the e2e
 # tests' Hearth processes are not measured).
 PYTEST_COV := --cov=hearth --cov-branch
@@ -30,7 +31,7 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_COV) --cov-report=
-	$(BIN)/pytest -q -m serial $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
+	$(BIN)/pytest -q -m serial tests/e2e $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -77,6 +77,17 @@ def test_the_check_sees_each_form_of_import() -> None:
     assert not _is_test_module("tests.support") and not _is_test_module("tests.e2e.processes")
 
 
+def test_serial_tests_live_in_tests_e2e_only() -> None:
+    """`make test` runs the ``serial`` tests by collecting tests/e2e/ alone (collecting the whole suite
+    for 23 tests cost ~10 s): a test marked serial anywhere else would run in neither part."""
+    marker = "pytest.mark" + ".serial"  # spelled apart so that this file does not match itself
+    marked = [str(path.relative_to(ROOT)) for path in sorted(TESTS.rglob("test_*.py"))
+              if marker in path.read_text(encoding="utf-8") and "e2e" not in path.relative_to(TESTS).parts]
+    assert marked == []
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert '-m "not serial"' in makefile and "-m serial tests/e2e" in makefile
+
+
 def test_pytest_runs_strict() -> None:
     """Warnings are errors, an xfail that passes fails, and an unregistered marker is an error."""
     options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"]

@@ -112,7 +112,6 @@ async def _in_flight(http: Any, server: Any, name: str) -> int:
     return int(status["data"]["scopes"][f"ep:{name}"]["in_flight"])
 
 
-@pytest.mark.serial  # its timings (a stall timeout, "served within", TCP states) are distorted by a loaded CPU
 async def test_sixty_slow_readers_cannot_hold_fifty_slots(fake, fake2, hearth_server, http, caplog):
     caplog.set_level(logging.WARNING)
     server = hearth_server(_registry(fake.base_url, fake2.base_url), stream_send_timeout_s=SEND_TIMEOUT_S,
