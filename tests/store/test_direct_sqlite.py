@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,76 +31,67 @@ def sqlite_url(tmp_path: Path, migrated_templates: Any) -> str:
     return f"sqlite+aiosqlite:///{tmp_path}/hearth.db"
 
 
+@pytest.fixture
+async def direct(sqlite_url: str) -> AsyncIterator[tuple[AsyncEngine, DirectSqliteWriter]]:
+    """An engine and a direct writer on the same migrated SQLite file (both closed afterwards)."""
+    engine = create_engine(sqlite_url)
+    writer = DirectSqliteWriter.for_engine(engine)
+    assert writer is not None
+    try:
+        yield engine, writer
+    finally:
+        await writer.close()
+        await engine.dispose()
+
+
 async def _read(engine: AsyncEngine) -> list[dict[str, Any]]:
     async with engine.connect() as conn:
         rows = (await conn.execute(select(budget_ledger).order_by(budget_ledger.c.id))).mappings().all()
     return [{k: v for k, v in r.items() if k != "id"} for r in rows]
 
 
-async def test_rows_read_back_as_sqlalchemy_wrote_them(sqlite_url: str) -> None:
-    engine = create_engine(sqlite_url)
-    writer = DirectSqliteWriter.for_engine(engine)
-    assert writer is not None
-    try:
-        await writer.insert(budget_ledger, _rows(3))
-        async with engine.begin() as conn:
-            await conn.execute(budget_ledger.insert(), _rows(2, start=3))
-        await writer.insert(budget_ledger, _rows(1, start=5))  # after another connection wrote
-        got = await _read(engine)
-    finally:
-        await writer.close()
-        await engine.dispose()
+async def test_rows_read_back_as_sqlalchemy_wrote_them(direct: tuple[AsyncEngine, DirectSqliteWriter]) -> None:
+    engine, writer = direct
+    await writer.insert(budget_ledger, _rows(3))
+    async with engine.begin() as conn:
+        await conn.execute(budget_ledger.insert(), _rows(2, start=3))
+    await writer.insert(budget_ledger, _rows(1, start=5))  # after another connection wrote
+    got = await _read(engine)
     expected = _rows(6)
     assert [{**r, "created_at": r["created_at"].replace(tzinfo=UTC)} for r in got] == expected
 
 
-async def test_a_refused_batch_writes_nothing_and_the_next_one_commits(sqlite_url: str) -> None:
-    engine = create_engine(sqlite_url)
-    writer = DirectSqliteWriter.for_engine(engine)
-    assert writer is not None
+async def test_a_refused_batch_writes_nothing_and_the_next_one_commits(
+        direct: tuple[AsyncEngine, DirectSqliteWriter]) -> None:
+    engine, writer = direct
     bad = _rows(3)
     bad[2]["amount"] = None  # NOT NULL: the driver refuses the third row of the batch
-    try:
-        with pytest.raises(sqlite3.IntegrityError):
-            await writer.insert(budget_ledger, bad)
-        await writer.insert(budget_ledger, _rows(2, start=10))
-        async with engine.connect() as conn:
-            ids = (await conn.execute(select(budget_ledger.c.call_id).order_by(budget_ledger.c.id))).scalars().all()
-    finally:
-        await writer.close()
-        await engine.dispose()
+    with pytest.raises(sqlite3.IntegrityError):
+        await writer.insert(budget_ledger, bad)
+    await writer.insert(budget_ledger, _rows(2, start=10))
+    async with engine.connect() as conn:
+        ids = (await conn.execute(select(budget_ledger.c.call_id).order_by(budget_ledger.c.id))).scalars().all()
     assert ids == ["group-10", "group-11"]
 
 
-async def test_rows_without_every_column_are_refused_before_the_database(sqlite_url: str) -> None:
-    engine = create_engine(sqlite_url)
-    writer = DirectSqliteWriter.for_engine(engine)
-    assert writer is not None
+async def test_rows_without_every_column_are_refused_before_the_database(
+        direct: tuple[AsyncEngine, DirectSqliteWriter]) -> None:
+    engine, writer = direct
     row = _rows(1)[0]
     del row["overrun"]
-    try:
-        with pytest.raises(ValueError, match="budget_ledger"):
-            await writer.insert(budget_ledger, [row])
-        async with engine.connect() as conn:
-            count = await conn.scalar(select(func.count()).select_from(budget_ledger))
-    finally:
-        await writer.close()
-        await engine.dispose()
+    with pytest.raises(ValueError, match="budget_ledger"):
+        await writer.insert(budget_ledger, [row])
+    async with engine.connect() as conn:
+        count = await conn.scalar(select(func.count()).select_from(budget_ledger))
     assert count == 0
 
 
-async def test_a_closed_writer_starts_afresh(sqlite_url: str) -> None:
-    engine = create_engine(sqlite_url)
-    writer = DirectSqliteWriter.for_engine(engine)
-    assert writer is not None
-    try:
-        await writer.insert(budget_ledger, _rows(1))
-        await writer.close()
-        await writer.insert(budget_ledger, _rows(1, start=1))
-        assert len(await _read(engine)) == 2
-    finally:
-        await writer.close()
-        await engine.dispose()
+async def test_a_closed_writer_starts_afresh(direct: tuple[AsyncEngine, DirectSqliteWriter]) -> None:
+    engine, writer = direct
+    await writer.insert(budget_ledger, _rows(1))
+    await writer.close()
+    await writer.insert(budget_ledger, _rows(1, start=1))
+    assert len(await _read(engine)) == 2
 
 
 def test_only_plain_sqlite_files_get_a_direct_writer(tmp_path: Path) -> None:
