@@ -1,11 +1,11 @@
 """The worker: claims tasks for its free slots, runs their handlers, writes outcomes fenced by attempt.
 
 One :class:`Worker` per process serves several queues, each with its own concurrency (a queue of
-IO-bound model calls high, CPU-bound parsing low). Per queue, one loop runs *cycles*: a cycle is one
-database transaction that writes the progress reports and outcomes gathered since the last cycle and
-claims as many tasks as there are free slots — so when the worker is busy, claims and completions are
-batched, and when it is idle a lone completion is written at once. A cycle is started by a finished
-task, a progress report, a notification (:mod:`hearth.tasks.notify`) or the poll timer.
+IO-bound model calls high, CPU-bound parsing low). Per queue, two loops: the *claim* loop claims as many
+tasks as there are free slots, woken by a freed slot, a notification (:mod:`hearth.tasks.notify`) or the
+poll timer; the *write* loop writes, in one transaction, the progress reports and outcomes gathered since
+its last write — so when the worker is busy, completions are batched, and when it is idle a lone
+completion is written at once.
 
 Leases: a claim leases a task for ``lease_s``; the heartbeat loop renews every held lease every
 ``heartbeat_s`` (at most a third of the lease, checked at start) and learns which tasks were cancelled;
