@@ -30,11 +30,6 @@ from pathlib import Path
 import gateway_bench as gb
 
 
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--other-src", required=True, type=Path, help="the other tree's src directory")
@@ -78,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                 t = targets[name]
                 assert t.proc is not None
                 for stream, figure in ((False, "c64"), (True, "streams")):
-                    before = cpu_ticks(t.proc.pid)
+                    before = gb.proc_cpu_s(t.proc.pid)
                     res = gb.run_wrk(env, t, stream=stream, concurrency=64, duration=a.seconds, gen_cpus=env.gen_cpus)
-                    ticks = cpu_ticks(t.proc.pid) - before
+                    cpu_s = gb.proc_cpu_s(t.proc.pid) - before
                     note(name, figure, res["rps"])
-                    note(name, figure + "_cpu_us", ticks / os.sysconf("SC_CLK_TCK") / max(1, res["requests"]) * 1e6)
+                    note(name, figure + "_cpu_us", cpu_s / max(1, res["requests"]) * 1e6)
                 note(name, "c1_p50_ms", gb.latency_run(env, t)["latency_ms"]["p50"])
                 note(name, "ttft_p50_ms", gb.ttft_run(env, t)["ttft_ms"]["p50"])
             for stream, figure in ((False, "c64"), (True, "streams")):

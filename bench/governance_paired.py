@@ -24,11 +24,6 @@ import gateway_bench as gb
 import governance_bench as g
 
 
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -67,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(a.rounds):
             for n in names if r % 2 == 0 else names[::-1]:
                 cfg = cfgs[n]
-                before = cpu_ticks(cfg.proc.pid)
+                before = gb.proc_cpu_s(cfg.proc.pid)
                 res = load(cfg, a.seconds)
-                ticks = cpu_ticks(cfg.proc.pid) - before
-                cpu[n].append(ticks / os.sysconf("SC_CLK_TCK") / max(1, res["requests"]) * 1e6)
+                cpu_s = gb.proc_cpu_s(cfg.proc.pid) - before
+                cpu[n].append(cpu_s / max(1, res["requests"]) * 1e6)
                 rps[n].append(res["rps"])
         for n in names:
             print(f"{n:14s} CPU µs/request {[round(x) for x in cpu[n]]} median {statistics.median(cpu[n]):.0f}"
