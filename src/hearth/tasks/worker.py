@@ -43,7 +43,7 @@ from hearth.tasks.transitions import AttemptEnd, Move, apply
 from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRecord, TaskType, TaskTypes
 
 log = get_logger("hearth.tasks.worker")
-PROGRESS_DELAY_S = 0.2  # longest a progress report waits for a write to ride on
+PROGRESS_DELAY_S = 0.2  # how long a progress report waits before it is written (a task that succeeds sooner: never)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +235,7 @@ class _QueueRunner:
         self.claiming = True
         self._done: list[Move] = []
         self._progress: dict[str, TaskContext] = {}
+        self._progress_since: dict[str, float] = {}  # loop time of each task's first unwritten report
         self._loops: list[asyncio.Task[None]] = []
         self.wake = worker.wakeups.subscribe(queue)  # claim: a slot freed, a notification, the poll timer
         self.dirty = asyncio.Event()  # write: outcomes or progress are waiting
@@ -308,11 +309,20 @@ class _QueueRunner:
             self._spawn(row)
         return len(claimed) == free
 
-    async def write_outcomes(self) -> None:
-        """One transaction: the progress reports and outcomes gathered since the last one (fenced moves)."""
+    async def write_outcomes(self, *, all_progress: bool = False) -> None:
+        """One transaction: the outcomes gathered since the last one (fenced moves) and the progress reports
+        that have waited ``PROGRESS_DELAY_S`` (all of them with ``all_progress``).
+
+        A report of a task that succeeded meanwhile is not written: the succeeded move sets the step and the
+        progress itself, so a short task's report costs no row version and no event of its own. A report of a
+        task that ended otherwise is written before its end, in the same transaction (it records the step)."""
         done, self._done = self._done, []
-        progress, self._progress = self._progress, {}
+        for move in done:
+            if move.to == "succeeded":
+                self._progress.pop(move.task_id, None)
+        progress = self._due_progress(everything=all_progress, ending={m.task_id for m in done})
         if not done and not progress:
+            self._arm_progress_timer()
             return
         w = self.worker
         try:
@@ -330,6 +340,8 @@ class _QueueRunner:
             self._done = done + self._done
             self._progress = {**progress, **self._progress}
             raise
+        finally:
+            self._arm_progress_timer()
         if any(m.to == "queued" for m in done):
             self.worker.wakeups.poke(self.queue)
 
@@ -350,10 +362,30 @@ class _QueueRunner:
         self.running[record.id] = _Running(ctx, task, row["started_at"], bool(row["repeat_safe"]), loop.time())
 
     def _report(self, ctx: TaskContext) -> None:
-        """Progress is informative: it rides on the next write, or goes out within PROGRESS_DELAY_S."""
+        """Progress is informative: a task's report is written once its first unwritten one is PROGRESS_DELAY_S
+        old (with whatever write comes then), unless the task succeeds before."""
+        if ctx.task.id not in self._progress:
+            self._progress_since[ctx.task.id] = asyncio.get_running_loop().time()
         self._progress[ctx.task.id] = ctx
-        if self._progress_timer is None:
-            self._progress_timer = asyncio.get_running_loop().call_later(PROGRESS_DELAY_S, self._progress_due)
+        self._arm_progress_timer()
+
+    def _due_progress(self, *, everything: bool, ending: set[str]) -> dict[str, TaskContext]:
+        """Take the reports that are due (or of tasks ``ending`` in this write) out of the pending ones."""
+        due_since = asyncio.get_running_loop().time() - PROGRESS_DELAY_S
+        due = {tid: ctx for tid, ctx in self._progress.items()
+               if everything or tid in ending or self._progress_since.get(tid, due_since) <= due_since}
+        for tid in due:
+            del self._progress[tid]
+        self._progress_since = {tid: self._progress_since[tid] for tid in self._progress}
+        return due
+
+    def _arm_progress_timer(self) -> None:
+        """A write when the oldest pending report falls due (none if a timer is armed or nothing is pending)."""
+        if self._progress_timer is not None or not self._progress:
+            return
+        loop = asyncio.get_running_loop()
+        oldest = min(self._progress_since.get(tid, loop.time()) for tid in self._progress)
+        self._progress_timer = loop.call_at(oldest + PROGRESS_DELAY_S, self._progress_due)
 
     def _progress_due(self) -> None:
         self._progress_timer = None
@@ -451,7 +483,7 @@ class _QueueRunner:
         while (self._done or self._progress) and loop.time() < until:
             try:
                 async with asyncio.timeout(max(0.1, until - loop.time())):
-                    await self.write_outcomes()
+                    await self.write_outcomes(all_progress=True)
             except Exception as exc:
                 log.warning("task_final_flush_failed", queue=self.queue, error=type(exc).__name__,
                             outcomes=len(self._done))
