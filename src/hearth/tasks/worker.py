@@ -44,6 +44,7 @@ from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRe
 
 log = get_logger("hearth.tasks.worker")
 PROGRESS_DELAY_S = 0.2  # how long a progress report waits before it is written (a task that succeeds sooner: never)
+CLAIM_FIRST_S = 0.05  # longest an outcome write waits for a claim that is running or due
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +241,8 @@ class _QueueRunner:
         self.wake = worker.wakeups.subscribe(queue)  # claim: a slot freed, a notification, the poll timer
         self.dirty = asyncio.Event()  # write: outcomes or progress are waiting
         self._progress_timer: asyncio.TimerHandle | None = None
+        self._claim_running = False
+        self._claim_pass: asyncio.Future[None] | None = None  # resolved when the running or due claim is over
         self._stopping = False
 
     def start(self) -> None:
@@ -264,7 +267,9 @@ class _QueueRunner:
                 await asyncio.wait_for(self.wake.wait(), self.worker.config.poll_s)
             self.wake.clear()
             if self._stopping:
+                self._claim_pass_over()
                 return
+            self._claim_running = True
             try:
                 if await self.claim_free():
                     self.wake.set()
@@ -273,9 +278,28 @@ class _QueueRunner:
                 raise
             except Exception as exc:
                 log.warning("task_claim_failed", queue=self.queue, error=type(exc).__name__, retry_in_s=round(delay, 2))
+                self._claim_pass_over()
                 await asyncio.sleep(delay)
                 delay = min(2.0, delay * 2)
                 self.wake.set()
+            finally:
+                self._claim_running = False
+                self._claim_pass_over()
+
+    def _claim_pass_over(self) -> None:
+        if self._claim_pass is not None and not self._claim_pass.done():
+            self._claim_pass.set_result(None)
+
+    async def _after_due_claim(self) -> None:
+        """Let a claim that is running or due go first, for at most CLAIM_FIRST_S: freed slots wait for their next
+        tasks, outcomes (already timestamped) only for their row versions. On a busy database the two compete;
+        a wave of 64 completions written beside its 64 claims made the claim three times slower."""
+        if not (self._claim_running or (self.wake.is_set() and self.claiming)):
+            return
+        if self._claim_pass is None or self._claim_pass.done():
+            self._claim_pass = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._claim_pass), CLAIM_FIRST_S)
 
     async def _write_loop(self) -> None:
         delay = 0.05
@@ -285,6 +309,7 @@ class _QueueRunner:
             if self._stopping:
                 return
             try:
+                await self._after_due_claim()
                 await self.write_outcomes()
                 delay = 0.05
             except asyncio.CancelledError:
@@ -417,10 +442,10 @@ class _QueueRunner:
             move = self._failed_or_retried(ctx, ttype, exc, started_at=started_at)
         finally:
             self.running.pop(ctx.task.id, None)
+            self.wake.set()
             if move is not None:
                 self._done.append(move)
                 self.dirty.set()
-            self.wake.set()
 
     def _end(self, ctx: TaskContext, outcome: str, started_at: float, error: HearthError | None = None) -> AttemptEnd:
         return AttemptEnd(outcome, self.worker.id, started_at, error_code=error.code if error else None,
