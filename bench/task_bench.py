@@ -514,7 +514,8 @@ async def scenario_sleep(args: argparse.Namespace, ts: str) -> dict[str, Any]:
         tt = await table_times(engine, "sleep")
         ideal = args.concurrency / 0.05
         out.update({"ideal_per_s": round(ideal), "of_ideal": round(out["per_s"] / ideal, 3),
-                    "worker_only_per_s": round(n / (tt["finished_last"] - tt["started_first"]))})
+                    "worker_only_per_s": round(n / (tt["finished_last"] - tt["started_first"])),
+                    "first_start_ms": round((tt["started_first"] - tt["created_first"]) * 1000, 1)})
         return out
 
 
