@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hearth.tasks import callbacks, dead_letters
 from hearth.tasks.dead_letters import SeverityRule
-from hearth.tasks.states import SUCCESSFUL
+from hearth.tasks.states import SUCCESSFUL, TERMINAL
 from hearth.tasks.transitions import Moved
 
 
@@ -26,6 +26,13 @@ class TerminalRules:
     severity_rules: tuple[SeverityRule, ...] = ()
     alert_url: str | None = None  # a dead letter opening is POSTed here too (a callback delivery)
     alert_states: frozenset[str] = field(default_factory=lambda: frozenset({"failed"}))
+
+
+def follows_up(to: str, *, attempt: int, callback_url: str | None) -> bool:
+    """Whether :func:`after_moves` may write anything for a move to ``to`` of a task on ``attempt`` with that
+    ``callback_url`` — False lets a worker write a plain success without a transaction around it. Kept
+    beside :func:`after_moves`, which it must mirror."""
+    return to == "failed" or (to in SUCCESSFUL and attempt > 1) or (to in TERMINAL and bool(callback_url))
 
 
 async def after_moves(conn: AsyncConnection, moved: Sequence[Moved], *, now: float, rules: TerminalRules) -> None:

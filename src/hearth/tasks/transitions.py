@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Table, bindparam, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import BindParameter
 
 from hearth.store.tables import task_attempts, task_events, tasks
@@ -99,6 +99,65 @@ async def apply(conn: AsyncConnection, moves: Sequence[Move], *, now: float) -> 
     await insert_rows(conn, task_attempts, [_attempt_row(m.move, m.row["attempt"], now)
                                             for m in moved if m.move.ended is not None])
     return moved
+
+
+async def apply_in_one_statement(conn: AsyncConnection, moves: Sequence[Move], *, now: float) -> list[Moved]:
+    """PostgreSQL: :func:`apply` for fenced moves (a worker's), each group of one shape written with its events
+    and attempt rows in ONE statement — on an autocommit connection, one round trip for a whole batch.
+
+    Same guard and the same rows as :func:`apply`; nothing else happens in the statement, so it suits only moves
+    whose :func:`hearth.tasks.terminal.follows_up` is False."""
+    if any(m.attempt is None for m in moves):
+        raise ValueError("apply_in_one_statement takes fenced moves only")
+    groups: dict[tuple[str, tuple[str, ...], frozenset[str] | None], list[Move]] = {}
+    for move in moves:
+        if move.to not in ALLOWED_FROM:
+            raise IllegalTransition(f"no task state {move.to!r}")
+        groups.setdefault((move.to, tuple(sorted(move.values)), move.only_from), []).append(move)
+    moved: list[Moved] = []
+    for (to, columns, only_from), group in groups.items():
+        moved += await _update_recorded(conn, group, to=to, columns=columns, now=now, only_from=only_from)
+    return moved
+
+
+async def apply_now(engine: AsyncEngine, moves: Sequence[Move], *, now: float) -> list[Moved]:
+    """:func:`apply_in_one_statement` on its own autocommit connection: no BEGIN, no COMMIT round trip."""
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        return await apply_in_one_statement(conn, moves, now=now)
+
+
+async def _update_recorded(conn: AsyncConnection, group: list[Move], *, to: str, columns: tuple[str, ...], now: float,
+                           only_from: frozenset[str] | None) -> list[Moved]:
+    names = ["id", "attempt", *columns]
+    arrays = [f"CAST(:a_{n} AS {_array_type(n)}[])" for n in names]
+    extra = {"e_progress": "int", "e_step": "text", "e_detail": "text", "w_worker": "text", "w_started": "float8",
+             "w_outcome": "text", "w_code": "text", "w_message": "text"}
+    arrays += [f"CAST(:{n} AS {t}[])" for n, t in extra.items()]
+    returned = ", ".join([*(f"t.{c}" for c in RETURNED), *(f"v.{n}" for n in extra)])
+    sql = (f"WITH moved AS (UPDATE tasks AS t SET {_set_clause(columns, 'v.')} FROM unnest({', '.join(arrays)}) "
+           f"AS v({', '.join([*names, *extra])}) WHERE t.id = v.id AND t.state IN ({_from_states(to, only_from)}) "
+           f"AND t.attempt = v.attempt RETURNING {returned}), "
+           "ev AS (INSERT INTO task_events (task_id, at, kind, state, attempt, progress, step, detail) "
+           "SELECT id, :now, 'state', :to, attempt, e_progress, e_step, CAST(e_detail AS json) FROM moved), "
+           "att AS (INSERT INTO task_attempts (task_id, attempt, worker, started_at, finished_at, outcome, error_code, "
+           "error_message) SELECT id, attempt, w_worker, w_started, :now, w_outcome, w_code, w_message FROM moved "
+           f"WHERE w_outcome IS NOT NULL) SELECT {', '.join(RETURNED)} FROM moved")
+    events = [_event(m, m.attempt or 0, now) for m in group]
+    attempts = [_attempt_row(m, m.attempt or 0, now) if m.ended is not None else None for m in group]
+    params: dict[str, Any] = {
+        "to": to, "now": now, "a_id": [m.task_id for m in group], "a_attempt": [m.attempt for m in group],
+        "e_progress": [e["progress"] for e in events], "e_step": [e["step"] for e in events],
+        "e_detail": [_json_text(e["detail"]) for e in events],
+        "w_worker": [a and a["worker"] for a in attempts], "w_started": [a and a["started_at"] for a in attempts],
+        "w_outcome": [a and a["outcome"] for a in attempts], "w_code": [a and a["error_code"] for a in attempts],
+        "w_message": [a and a["error_message"] for a in attempts]}
+    for col in columns:
+        is_json = type(tasks.c[col].type).__name__ == "JSON"
+        params[f"a_{col}"] = [_json_text(m.values[col]) if is_json else m.values[col] for m in group]
+    rows = (await conn.execute(text(sql), params)).mappings().all()
+    by_id = {m.task_id: m for m in group}
+    return [Moved(by_id[r["id"]], r) for r in rows]
 
 
 async def record_events(conn: AsyncConnection, events: Sequence[Mapping[Any, Any]]) -> None:

@@ -38,8 +38,8 @@ from hearth.store.db import stop_writer_task, write_transaction
 from hearth.tasks import queue as task_queue
 from hearth.tasks.notify import PgListener, Wakeups
 from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, as_hearth_error, decide
-from hearth.tasks.terminal import TerminalRules, after_moves
-from hearth.tasks.transitions import AttemptEnd, Move, apply
+from hearth.tasks.terminal import TerminalRules, after_moves, follows_up
+from hearth.tasks.transitions import AttemptEnd, Move, apply, apply_now
 from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRecord, TaskType, TaskTypes
 
 log = get_logger("hearth.tasks.worker")
@@ -235,6 +235,7 @@ class _QueueRunner:
         self.running: dict[str, _Running] = {}
         self.claiming = True
         self._done: list[Move] = []
+        self._plain: set[str] = set()  # tasks in _done that succeeded with no follow-up (terminal.follows_up)
         self._progress: dict[str, TaskContext] = {}
         self._progress_since: dict[str, float] = {}  # loop time of each task's first unwritten report
         self._loops: list[asyncio.Task[None]] = []
@@ -350,19 +351,27 @@ class _QueueRunner:
             self._arm_progress_timer()
             return
         w = self.worker
+        plain = [m for m in done if m.task_id in self._plain] if w.engine.dialect.name == "postgresql" else []
+        rest = [m for m in done if m.task_id not in self._plain] if plain else done
         try:
-            async with write_transaction(w.engine) as conn:
-                now = w.clock.now()
-                if progress:
-                    await task_queue.report_progress(conn, [(c.task.id, c.task.attempt, c.percent, c.step)
-                                                            for c in progress.values()], now=now)
-                if done:
-                    moved = await apply(conn, done, now=now)
-                    await after_moves(conn, moved, now=now, rules=w.config.rules)
-                    if any(m.move.to == "queued" for m in moved):
-                        await task_queue.notify(conn, [self.queue])
+            if plain:  # plain successes: one autocommit statement, no transaction around it
+                await apply_now(w.engine, plain, now=w.clock.now())
+                self._plain.difference_update(m.task_id for m in plain)
+                plain = []
+            if rest or progress:
+                async with write_transaction(w.engine) as conn:
+                    now = w.clock.now()
+                    if progress:
+                        await task_queue.report_progress(conn, [(c.task.id, c.task.attempt, c.percent, c.step)
+                                                                for c in progress.values()], now=now)
+                    if rest:
+                        moved = await apply(conn, rest, now=now)
+                        await after_moves(conn, moved, now=now, rules=w.config.rules)
+                        if any(m.move.to == "queued" for m in moved):
+                            await task_queue.notify(conn, [self.queue])
+            self._plain.difference_update(m.task_id for m in rest)
         except BaseException:
-            self._done = done + self._done
+            self._done = plain + rest + self._done
             self._progress = {**progress, **self._progress}
             raise
         finally:
@@ -445,6 +454,9 @@ class _QueueRunner:
             self.wake.set()
             if move is not None:
                 self._done.append(move)
+                if move.to == "succeeded" and not follows_up(move.to, attempt=ctx.task.attempt,
+                                                              callback_url=ctx.task.callback_url):
+                    self._plain.add(move.task_id)
                 self.dirty.set()
 
     def _end(self, ctx: TaskContext, outcome: str, started_at: float, error: HearthError | None = None) -> AttemptEnd:
