@@ -180,6 +180,23 @@ async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limi
     return rows
 
 
+_CLAIM_PG = (
+    "WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'queued' AND run_after <= $2 "
+    "AND task_type = ANY($3::text[]) ORDER BY priority DESC, fair_seq, created_at, id LIMIT $4 "
+    "FOR UPDATE SKIP LOCKED), "
+    "claimed AS (UPDATE tasks AS t SET state = 'running', attempt = t.attempt + 1, worker = $5, lease_until = $6, "
+    "started_at = $2, updated_at = $2 FROM picked WHERE t.id = picked.id "
+    f"RETURNING {', '.join('t.' + c for c in CLAIMED)}), "
+    "events AS (INSERT INTO task_events (task_id, at, kind, state, attempt, detail) "
+    "SELECT id, $2, 'state', 'running', attempt, CAST($7 AS json) FROM claimed) "
+    f"SELECT {', '.join(CLAIMED)} FROM claimed")
+
+
+def _json(value: Any) -> Any:
+    """A json column as the driver gave it: text, or already decoded (a codec SQLAlchemy set on the connection)."""
+    return orjson.loads(value) if isinstance(value, str | bytes) else value
+
+
 async def claim_now(engine: AsyncEngine, *, queue: str, types: Sequence[str], limit: int, worker: str, now: float,
                     lease_s: float, per_key_cap: int | None = None) -> Sequence[Mapping[Any, Any]]:
     """:func:`claim` in its own transaction. On PostgreSQL (no cap) that is one statement — pick, lease and
@@ -188,17 +205,13 @@ async def claim_now(engine: AsyncEngine, *, queue: str, types: Sequence[str], li
         return []
     if engine.dialect.name == "postgresql" and per_key_cap is None:
         async with engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            sql = (f"WITH picked AS (SELECT id FROM tasks WHERE queue = :queue AND state = 'queued' "
-                   f"AND run_after <= :now AND task_type = ANY(:types) {_ORDER} FOR UPDATE SKIP LOCKED), "
-                   f"claimed AS (UPDATE tasks AS t SET {_CLAIM_SET.replace('attempt + 1', 't.attempt + 1')} "
-                   f"FROM picked WHERE t.id = picked.id RETURNING {', '.join('t.' + c for c in CLAIMED)}), "
-                   "events AS (INSERT INTO task_events (task_id, at, kind, state, attempt, detail) "
-                   "SELECT id, :now, 'state', 'running', attempt, CAST(:detail AS json) FROM claimed) "
-                   f"SELECT {', '.join(CLAIMED)} FROM claimed")
-            params = {"queue": queue, "types": list(types), "n": limit, "worker": worker, "now": now,
-                      "lease": now + lease_s, "detail": orjson.dumps({"worker": worker}).decode()}
-            return (await conn.execute(text(sql).columns(payload=JSON), params)).mappings().all()
+            # the driver's connection, outside a transaction: one round trip, and the rows without SQLAlchemy's
+            # per-row processing (0.6 of 2.3 ms for a claim of 64, and every freed slot waits for it)
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            rows = await driver.fetch(_CLAIM_PG, queue, now, list(types), limit, worker, now + lease_s,
+                                      orjson.dumps({"worker": worker}).decode())
+        return [{**row, "payload": _json(row["payload"])} for row in rows]
     async with write_transaction(engine) as conn:
         return await claim(conn, queue=queue, types=types, limit=limit, worker=worker, now=now, lease_s=lease_s,
                            per_key_cap=per_key_cap)
