@@ -31,7 +31,7 @@ from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import task_events, tasks
-from hearth.tasks.transitions import record_events, state_event, unnest_source
+from hearth.tasks.transitions import record_events, state_event, unnest_columns
 
 log = get_logger("hearth.tasks.queue")
 
@@ -87,9 +87,14 @@ async def enqueue(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now:
 async def _insert_pg(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: float,
                      queues: Sequence[str]) -> None:
     """The tasks, their first events and the queues' notifications in one statement (arrays, not rows of
-    parameters: a batch of 1,000 costs one round trip and no per-row parameter handling)."""
-    names = [c.name for c in tasks.columns]
-    source, params = unnest_source(tasks, [{n: r.get(n) for n in names} for r in rows])
+    parameters: a batch of 1,000 costs one round trip and no per-row parameter handling). A column that is NULL
+    in every row is left out (it has no server default, so it is NULL all the same): half of them are, and the
+    driver checks and encodes every array element."""
+    columns = {c.name: [r.get(c.name) for r in rows] for c in tasks.columns}
+    columns = {n: values for n, values in columns.items()
+               if tasks.c[n].server_default is not None or any(v is not None for v in values)}
+    names = list(columns)
+    source, params = unnest_columns(tasks, columns)
     sql = (f"WITH ins AS (INSERT INTO tasks ({', '.join(names)}) {source} RETURNING id, state), "
            "ev AS (INSERT INTO task_events (task_id, at, kind, state, attempt) SELECT id, :now, 'state', state, 0 "
            "FROM ins) SELECT pg_notify(:channel, q) FROM unnest(CAST(:queues AS text[])) AS q")

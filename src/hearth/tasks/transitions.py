@@ -179,11 +179,17 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: Sequence[Mappin
 def unnest_source(table: Table, rows: Sequence[Mapping[Any, Any]]) -> tuple[str, dict[str, Any]]:
     """``SELECT … FROM unnest(arrays)`` producing ``rows`` (dicts with the same keys, in column order of the
     first) as ``table``'s column types, and its parameters: one array per column (JSON as text)."""
-    names = list(rows[0])
+    return unnest_columns(table, {n: [r[n] for r in rows] for n in rows[0]})
+
+
+def unnest_columns(table: Table, columns: Mapping[str, list[Any]]) -> tuple[str, dict[str, Any]]:
+    """:func:`unnest_source` from the columns' values (one list per column, all as long)."""
+    names = list(columns)
     json_cols = {n for n in names if type(table.c[n].type).__name__ == "JSON"}
     arrays = ", ".join(f"CAST(:a_{n} AS {PG_ARRAY_TYPES[type(table.c[n].type).__name__]}[])" for n in names)
     picked = ", ".join(f"CAST(v.{n} AS json)" if n in json_cols else f"v.{n}" for n in names)
-    params = {f"a_{n}": [_json_text(r[n]) for r in rows] if n in json_cols else [r[n] for r in rows] for n in names}
+    params = {f"a_{n}": [_json_text(v) for v in values] if n in json_cols else values
+              for n, values in columns.items()}
     return f"SELECT {picked} FROM unnest({arrays}) AS v({', '.join(names)})", params
 
 
