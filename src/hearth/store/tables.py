@@ -360,8 +360,8 @@ Index("ix_tasks_claim", tasks.c.queue, tasks.c.priority.desc(), tasks.c.fair_seq
 Index("ix_tasks_pending_fair", tasks.c.queue, tasks.c.fair_key, tasks.c.fair_seq,
       postgresql_where=_PENDING, sqlite_where=_PENDING)
 # Not on lease_until: a heartbeat changes only that column, and unindexed it is a HOT update (0022, which also
-# sets fillfactor 85 on PostgreSQL to leave room in each page for those versions).
-Index("ix_tasks_running", tasks.c.queue,
+# sets fillfactor 85 on PostgreSQL to leave room in each page for those versions). On id: see 0022.
+Index("ix_tasks_running", tasks.c.id,
       postgresql_where=tasks.c.state == "running", sqlite_where=tasks.c.state == "running")
 Index("ix_tasks_waiting_run_after", tasks.c.run_after,
       postgresql_where=tasks.c.state == "waiting", sqlite_where=tasks.c.state == "waiting")
