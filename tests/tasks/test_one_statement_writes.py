@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.db import create_engine, write_transaction
@@ -18,7 +18,7 @@ from hearth.tasks.notify import Wakeups
 from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.terminal import follows_up
-from hearth.tasks.transitions import AttemptEnd, Move, apply, apply_now
+from hearth.tasks.transitions import BULK_ROWS, AttemptEnd, Move, apply, apply_now
 from hearth.tasks.types import TaskType, TaskTypes
 
 
@@ -91,3 +91,28 @@ async def test_one_statement_writes_what_apply_writes_and_is_fenced(postgres_url
 def test_follows_up_names_the_moves_after_moves_acts_on(to: str, attempt: int, callback_url: str | None,
                                                          expected: bool) -> None:
     assert follows_up(to, attempt=attempt, callback_url=callback_url) is expected
+
+
+async def test_a_batch_larger_than_one_statement_is_written_whole(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    try:
+        types = TaskTypes()
+        types.register(TaskType("noop", _noop, queue="q"))
+        svc = TaskService(engine=engine, types=types, queues={"q": QueueLimits()}, wakeups=Wakeups(),
+                          guard=AddressGuard())
+        n = BULK_ROWS * 2 + 7
+        await svc.submit([Submission("noop", {}, caller="c") for _ in range(n)])
+        claimed = await task_queue.claim_now(engine, queue="q", types=["noop"], limit=n, worker="w1",
+                                             now=time.time() + 1, lease_s=9.0)
+        ids = [r["id"] for r in claimed]
+        moved = await apply_now(engine, [_success(i, 1, k) for k, i in enumerate(ids[:n - 5])], now=210.0)
+        async with write_transaction(engine) as conn:
+            moved += await apply(conn, [_success(i, 1, 0) for i in ids[n - 5:]], now=210.0)
+        assert sorted(m.row["id"] for m in moved) == sorted(ids)
+        async with engine.connect() as conn:
+            states = dict((await conn.execute(select(tasks.c.state, func.count()).group_by(tasks.c.state))).all())
+            events = (await conn.execute(select(func.count()).select_from(task_events)
+                                         .where(task_events.c.state == "succeeded"))).scalar_one()
+        assert (states, events) == ({"succeeded": n}, n)
+    finally:
+        await engine.dispose()

@@ -31,6 +31,7 @@ from hearth.tasks.states import ALLOWED_FROM, TERMINAL, IllegalTransition
 # What a move returns about each task it changed: enough for dead letters and callbacks.
 RETURNED = ("id", "attempt", "task_type", "queue", "caller", "callback_url", "error_code", "failure_stage",
             "replay_of")
+BULK_ROWS = 128  # moves per UPDATE … FROM unnest statement (see _chunks)
 PG_ARRAY_TYPES = {"String": "text", "Text": "text", "Integer": "int", "BigInteger": "bigint", "Float": "float8",
              "Boolean": "bool", "JSON": "text"}
 
@@ -88,8 +89,9 @@ async def apply(conn: AsyncConnection, moves: Sequence[Move], *, now: float) -> 
     moved: list[Moved] = []
     for (to, fenced, columns, only_from), group in groups.items():
         if conn.dialect.name == "postgresql" and len(group) > 1:
-            moved += await _bulk_update(conn, group, to=to, fenced=fenced, columns=columns, now=now,
-                                        only_from=only_from)
+            for chunk in _chunks(group):
+                moved += await _bulk_update(conn, chunk, to=to, fenced=fenced, columns=columns, now=now,
+                                            only_from=only_from)
         else:
             for move in group:
                 row = await _update_one(conn, move, columns=columns, now=now)
@@ -116,8 +118,17 @@ async def apply_in_one_statement(conn: AsyncConnection, moves: Sequence[Move], *
         groups.setdefault((move.to, tuple(sorted(move.values)), move.only_from), []).append(move)
     moved: list[Moved] = []
     for (to, columns, only_from), group in groups.items():
-        moved += await _update_recorded(conn, group, to=to, columns=columns, now=now, only_from=only_from)
+        for chunk in _chunks(group):
+            moved += await _update_recorded(conn, chunk, to=to, columns=columns, now=now, only_from=only_from)
     return moved
+
+
+def _chunks(moves: list[Move]) -> list[list[Move]]:
+    """Batches of at most BULK_ROWS moves: PostgreSQL may join the unnest with the rows it matches by a nested loop
+    (the estimate of running tasks is usually tiny), which costs batch² comparisons — 16.7 M and 8.6 s for one
+    write of 4,096 when the statement also let it scan every running task; ``t.id = ANY(ids)`` keeps it to the
+    batch's own rows, and the batch bound keeps batch² small."""
+    return [moves[i:i + BULK_ROWS] for i in range(0, len(moves), BULK_ROWS)]
 
 
 async def apply_now(engine: AsyncEngine, moves: Sequence[Move], *, now: float) -> list[Moved]:
@@ -136,8 +147,8 @@ async def _update_recorded(conn: AsyncConnection, group: list[Move], *, to: str,
     arrays += [f"CAST(:{n} AS {t}[])" for n, t in extra.items()]
     returned = ", ".join([*(f"t.{c}" for c in RETURNED), *(f"v.{n}" for n in extra)])
     sql = (f"WITH moved AS (UPDATE tasks AS t SET {_set_clause(columns, 'v.')} FROM unnest({', '.join(arrays)}) "
-           f"AS v({', '.join([*names, *extra])}) WHERE t.id = v.id AND t.state IN ({_from_states(to, only_from)}) "
-           f"AND t.attempt = v.attempt RETURNING {returned}), "
+           f"AS v({', '.join([*names, *extra])}) WHERE t.id = v.id AND t.id = ANY(:a_id) "
+           f"AND t.state IN ({_from_states(to, only_from)}) AND t.attempt = v.attempt RETURNING {returned}), "
            "ev AS (INSERT INTO task_events (task_id, at, kind, state, attempt, progress, step, detail) "
            "SELECT id, :now, 'state', :to, attempt, e_progress, e_step, CAST(e_detail AS json) FROM moved), "
            "att AS (INSERT INTO task_attempts (task_id, attempt, worker, started_at, finished_at, outcome, error_code, "
@@ -253,8 +264,8 @@ async def _bulk_update(conn: AsyncConnection, group: list[Move], *, to: str, fen
     fence = " AND t.attempt = v.attempt" if fenced else ""
     returned = ", ".join(f"t.{c}" for c in RETURNED)
     sql = (f"UPDATE tasks AS t SET {_set_clause(columns, 'v.')} FROM unnest({', '.join(arrays)}) "
-           f"AS v({', '.join(names)}) WHERE t.id = v.id AND t.state IN ({_from_states(to, only_from)}){fence} "
-           f"RETURNING {returned}")
+           f"AS v({', '.join(names)}) WHERE t.id = v.id AND t.id = ANY(:a_id) "
+           f"AND t.state IN ({_from_states(to, only_from)}){fence} RETURNING {returned}")
     params: dict[str, Any] = {"to": to, "now": now, "a_id": [m.task_id for m in group]}
     if fenced:
         params["a_attempt"] = [m.attempt for m in group]
