@@ -295,8 +295,9 @@ class _QueueRunner:
         """Let a claim that is running or due go first, for at most CLAIM_FIRST_S: freed slots wait for their next
         tasks, outcomes (already timestamped) only for their row versions. On a busy database the two compete;
         a wave of 64 completions written beside its 64 claims made the claim three times slower."""
-        if len(self._done) >= self.concurrency or not (self._claim_running or (self.wake.is_set() and self.claiming)):
-            return  # a full wave (or more) waiting: write now, or unwritten outcomes pile up behind busy claims
+        claim_due = self._claim_running or (self.wake.is_set() and self.claiming)
+        if not claim_due or len(self._done) > 2 * self.concurrency:
+            return  # two waves waiting: write now, or unwritten outcomes pile up behind back-to-back claims
         if self._claim_pass is None or self._claim_pass.done():
             self._claim_pass = asyncio.get_running_loop().create_future()
         with contextlib.suppress(TimeoutError):
