@@ -3,9 +3,11 @@
 One :class:`Worker` per process serves several queues, each with its own concurrency (a queue of
 IO-bound model calls high, CPU-bound parsing low). Per queue, two loops: the *claim* loop claims as many
 tasks as there are free slots, woken by a freed slot, a notification (:mod:`hearth.tasks.notify`) or the
-poll timer; the *write* loop writes, in one transaction, the progress reports and outcomes gathered since
-its last write — so when the worker is busy, completions are batched, and when it is idle a lone
-completion is written at once.
+poll timer; the *write* loop writes the outcomes gathered since its last write (plain successes on
+PostgreSQL in one autocommit statement, the rest in a transaction with their follow-ups) and the progress
+reports that are due — so when the worker is busy, completions are batched, and when it is idle a lone
+completion is written at once. A write lets a running or due claim go first: freed slots wait for tasks,
+outcomes only for their rows.
 
 Leases: a claim leases a task for ``lease_s``; the heartbeat loop renews every held lease every
 ``heartbeat_s`` (at most a third of the lease, checked at start) and learns which tasks were cancelled;
