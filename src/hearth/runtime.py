@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.chat_stream import ChatRuns
 from hearth.capabilities.sources import SourceLimits
 from hearth.errors import HearthError
@@ -55,6 +56,7 @@ from hearth.tasks.types import TaskTypes
 from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.definitions import WorkflowDefinition
 from hearth.workflows.file_apply import apply_workflows, check_workflows
+from hearth.workflows.review_escalations import build_sender, checked_escalation_url
 from hearth.workflows.reviews import ReviewService
 from hearth.workflows.runs import RunService
 from hearth.workflows.scheduler import Scheduler
@@ -194,6 +196,8 @@ async def start_runtime(settings: Settings) -> Runtime:
         vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
         types = task_types(settings)
         definitions = DefinitionStore(engine)
+        outbound = AddressGuard(settings.callback_url_allow)
+        escalation_url = await checked_escalation_url(settings, outbound)
         if settings.config is not None:
             spec = RegistrySpec.model_validate(read_config_file(settings.config))
             flows = await _file_workflows(settings, spec, types, definitions)  # checked before anything is written
@@ -245,7 +249,7 @@ async def start_runtime(settings: Settings) -> Runtime:
     services = CapabilityServices(gateway=gateway, prompts=prompts, session=session, limits=source_limits(settings),
                                   offline_fallback=settings.offline_fallback)
     tasks = build_task_engine(settings, engine, types, services, session=session, run_worker=settings.embedded_worker)
-    reviews = ReviewService(engine)
+    reviews = ReviewService(engine, escalation_url=escalation_url)
     schedule_service = ScheduleService(engine, tasks.service, reviews)
     runs = RunService(engine, definitions, tasks.service, reviews)
     scheduler = (Scheduler((schedule_service.tick, reviews.expire_due, runs.advance_all),
@@ -261,6 +265,9 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     rt._tasks.append(asyncio.create_task(rt._watch_prompts(), name="prompts-watch"))
+    escalations = build_sender(settings, engine, session, guard=outbound)
+    if escalations is not None:
+        rt._tasks.append(asyncio.create_task(escalations.run(), name="review-escalations"))
     await tasks.start()
     if scheduler is not None:
         scheduler.start()
