@@ -135,7 +135,10 @@ def migrate(config: Annotated[Path | None, typer.Option()] = None) -> None:
 
 @app.command(name="apply")
 def apply_file(file: Path) -> None:
-    """Apply a registry file to the database (idempotent: unchanged entries are not written)."""
+    """Apply a registry file to the database (idempotent: unchanged entries are not written).
+
+    Its ``workflows:`` are checked first (this process's task types: the capability tasks and
+    HEARTH_TASK_MODULES); a bad one refuses the whole file with its path, nothing written."""
     from pydantic import ValidationError
 
     from hearth.errors import HearthError
@@ -143,9 +146,12 @@ def apply_file(file: Path) -> None:
     from hearth.registry.key_vault import KeyVault, load_master_key
     from hearth.registry.serviceable import serviceability_problems
     from hearth.registry.store import apply_registry, load_registry
+    from hearth.runtime import task_types
     from hearth.settings import read_config_file
     from hearth.store.db import create_engine
     from hearth.store.db import migrate as run_migrations
+    from hearth.workflows.definition_store import DefinitionStore
+    from hearth.workflows.file_apply import WorkflowApplyReport, apply_workflows, check_workflows
 
     settings = load_settings()
     try:
@@ -159,7 +165,11 @@ def apply_file(file: Path) -> None:
         try:
             await run_migrations(engine)
             vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
+            definitions = DefinitionStore(engine)
+            flows = check_workflows(spec.workflows, known_task_types=task_types(settings).names(),
+                                    registered=await definitions.names()) if spec.workflows else []
             report = await apply_registry(engine, spec, vault)
+            applied = await apply_workflows(definitions, flows) if flows else WorkflowApplyReport()
             problems = serviceability_problems(await load_registry(engine, vault))
         finally:
             await engine.dispose()
@@ -173,6 +183,9 @@ def apply_file(file: Path) -> None:
                        f"POST /api/v1/admin/endpoints/{name}/enable or give it a new api_key")
         if report.re_enabled:
             typer.echo(f"re-enabled (new api_key): {', '.join(report.re_enabled)}")
+        if flows:
+            typer.echo(f"workflows created: {', '.join(applied.created) or '-'}")
+            typer.echo(f"workflows unchanged: {', '.join(applied.unchanged) or '-'}")
         if problems:  # applied all the same: the registry may be filled in several files
             typer.echo(f"warning: the registry cannot serve any call: {'; '.join(problems)}", err=True)
 

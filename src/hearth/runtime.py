@@ -18,8 +18,10 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.chat_stream import ChatRuns
 from hearth.capabilities.sources import SourceLimits
+from hearth.errors import HearthError
 from hearth.gateway.budget_balances import sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.endpoint_admission import cooldown_key
@@ -52,6 +54,9 @@ from hearth.tasks.capability_tasks import CapabilityServices, register_capabilit
 from hearth.tasks.engine import TaskEngine, build_task_engine
 from hearth.tasks.types import TaskTypes
 from hearth.workflows.definition_store import DefinitionStore
+from hearth.workflows.definitions import WorkflowDefinition
+from hearth.workflows.file_apply import apply_workflows, check_workflows
+from hearth.workflows.review_escalations import build_sender, checked_escalation_url
 from hearth.workflows.reviews import ReviewService
 from hearth.workflows.runs import RunService
 from hearth.workflows.scheduler import Scheduler
@@ -189,11 +194,19 @@ async def start_runtime(settings: Settings) -> Runtime:
     report: ApplyReport | None = None
     try:
         vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
+        types = task_types(settings)
+        definitions = DefinitionStore(engine)
+        outbound = AddressGuard(settings.callback_url_allow)
+        escalation_url = await checked_escalation_url(settings, outbound)
         if settings.config is not None:
             spec = RegistrySpec.model_validate(read_config_file(settings.config))
+            flows = await _file_workflows(settings, spec, types, definitions)  # checked before anything is written
             report = await apply_registry(engine, spec, vault,
                                           verify=refuse_unless_serviceable if settings.registry_strict else None)
             _log_apply(settings, report)
+            if flows:
+                applied = await apply_workflows(definitions, flows)
+                log.info("workflows_applied", created=list(applied.created), unchanged=list(applied.unchanged))
         registry = await load_registry(engine, vault)
         _check_serviceable(settings, registry)
     except BaseException as exc:  # a refused start (bad config, unreadable keys) leaves no lock or connection behind
@@ -233,13 +246,11 @@ async def start_runtime(settings: Settings) -> Runtime:
     gateway_box.append(gateway)
     prompts = PromptCatalog(engine)
     await prompts.load()
-    types = task_types(settings)
     services = CapabilityServices(gateway=gateway, prompts=prompts, session=session, limits=source_limits(settings),
                                   offline_fallback=settings.offline_fallback)
     tasks = build_task_engine(settings, engine, types, services, session=session, run_worker=settings.embedded_worker)
-    reviews = ReviewService(engine)
+    reviews = ReviewService(engine, escalation_url=escalation_url)
     schedule_service = ScheduleService(engine, tasks.service, reviews)
-    definitions = DefinitionStore(engine)
     runs = RunService(engine, definitions, tasks.service, reviews)
     scheduler = (Scheduler((schedule_service.tick, reviews.expire_due, runs.advance_all),
                            interval_s=settings.scheduler_interval_s) if settings.scheduler_enabled else None)
@@ -254,11 +265,25 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     rt._tasks.append(asyncio.create_task(rt._watch_prompts(), name="prompts-watch"))
+    escalations = build_sender(settings, engine, session, guard=outbound)
+    if escalations is not None:
+        rt._tasks.append(asyncio.create_task(escalations.run(), name="review-escalations"))
     await tasks.start()
     if scheduler is not None:
         scheduler.start()
     _return_startup_garbage_to_os()
     return rt
+
+
+async def _file_workflows(settings: Settings, spec: RegistrySpec, types: TaskTypes,
+                          definitions: DefinitionStore) -> list[WorkflowDefinition]:
+    """The file's ``workflows:`` checked against this process's task types; a bad one refuses the start."""
+    if not spec.workflows:
+        return []
+    try:
+        return check_workflows(spec.workflows, known_task_types=types.names(), registered=await definitions.names())
+    except HearthError as exc:
+        raise SystemExit(f"{settings.config}: {exc.message}") from None
 
 
 def _log_apply(settings: Settings, report: ApplyReport) -> None:

@@ -144,6 +144,9 @@ class Settings(BaseSettings):
                                        "is given up (listed, redeliverable)")
     alert_webhook_url: str | None = Field(default=None, description="a dead letter opening is POSTed here, signed "
                                           "like a callback")
+    review_escalation_url: str | None = Field(
+        default=None, description="a review item that expires undecided is POSTed here, signed with "
+        "`callback_signing_key` (required), address-guarded and retried like a callback (docs/workflows.md)")
     dead_letter_severity: list[dict[str, str]] = Field(
         default_factory=list, description="rules `{severity, error_code?, task_type?, failure_stage?}`, first "
         "match wins; default P1 credentials/bugs/lost workers, P2 upstream down, P3 bad input")

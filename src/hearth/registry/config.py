@@ -242,6 +242,9 @@ class RegistrySpec(_Strict):
     callers: list[CallerSpec] = Field(default_factory=list)
     scenes: list[SceneSpec] = Field(default_factory=list)
     budgets: list[BudgetSpec] = Field(default_factory=list)
+    # Workflow definitions (docs/workflows.md), checked and stored by hearth.workflows.file_apply — which
+    # knows the task types and registered workflows — never by apply_registry.
+    workflows: list[Any] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> RegistrySpec:

@@ -498,6 +498,24 @@ review_items = Table(
 Index("ix_review_items_queue", review_items.c.state, review_items.c.queue, review_items.c.created_at)
 Index("ix_review_items_expiry", review_items.c.expires_at)
 
+# owner: hearth.workflows.review_escalations — a review item's expiry POSTed (signed, retried) to the escalation webhook
+review_escalations = Table(
+    "review_escalations", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("review_id", String(40), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # pending | delivering | delivered | gave_up
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_at", Float, nullable=False),
+    Column("lease_until", Float, nullable=True),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float, nullable=True),
+)
+Index("ix_review_escalations_due", review_escalations.c.state, review_escalations.c.next_at)
+Index("ux_review_escalations_review", review_escalations.c.review_id, unique=True)
+
 # owner: hearth.workflows.definition_store — every registered version of a workflow definition, immutable
 workflow_definitions = Table(
     "workflow_definitions", metadata,

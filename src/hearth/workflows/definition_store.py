@@ -24,7 +24,7 @@ from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError
 from hearth.store.db import write_transaction
 from hearth.store.tables import workflow_definitions
-from hearth.workflows.definitions import validate_definition
+from hearth.workflows.definitions import WorkflowDefinition, validate_definition
 
 _c = workflow_definitions.c
 
@@ -39,19 +39,30 @@ class DefinitionStore:
         """(the stored version, whether it is new)."""
         known = set(await self.names())
         definition = validate_definition(raw, known_task_types=known_task_types, known_workflows=known)
-        spec = definition.model_dump(mode="json", exclude_none=True)
-        digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        ((row, created),) = await self.store([definition])
+        return row, created
+
+    async def store(self, definitions: Sequence[WorkflowDefinition]) -> list[tuple[Mapping[Any, Any], bool]]:
+        """Store validated definitions in one transaction — all or none — each as its name's next version
+        unless its canonical JSON equals the newest one's; (the stored version, whether it is new) of each."""
         for attempt in range(2):
             try:
+                stored: list[tuple[str, int, bool]] = []
                 async with write_transaction(self.engine) as conn:
-                    latest = (await conn.execute(select(_c.version, _c.digest).where(_c.name == definition.name)
-                                                 .order_by(_c.version.desc()).limit(1))).first()
-                    if latest is not None and latest[1] == digest:
-                        return await self.get(definition.name, latest[0]), False
-                    version = 1 if latest is None else int(latest[0]) + 1
-                    await conn.execute(workflow_definitions.insert().values(
-                        name=definition.name, version=version, spec=spec, digest=digest, created_at=self.clock.now()))
-                return await self.get(definition.name, version), True
+                    for definition in definitions:
+                        spec = definition.model_dump(mode="json", exclude_none=True)
+                        digest = hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()
+                        latest = (await conn.execute(select(_c.version, _c.digest).where(_c.name == definition.name)
+                                                     .order_by(_c.version.desc()).limit(1))).first()
+                        if latest is not None and latest[1] == digest:
+                            stored.append((definition.name, int(latest[0]), False))
+                            continue
+                        version = 1 if latest is None else int(latest[0]) + 1
+                        await conn.execute(workflow_definitions.insert().values(
+                            name=definition.name, version=version, spec=spec, digest=digest,
+                            created_at=self.clock.now()))
+                        stored.append((definition.name, version, True))
+                return [(await self.get(name, version), created) for name, version, created in stored]
             except IntegrityError:  # a parallel registration took that version number: read again
                 if attempt:
                     raise HearthError("conflict", "A parallel registration of this workflow won; register "

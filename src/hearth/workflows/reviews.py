@@ -10,7 +10,9 @@ satisfy. Waiting is a row: it holds no worker slot and no connection.
 * **Decide** (approve / modify / reject, with reviewer and reason) needs the decider's live claim and
   succeeds once; every later decision is 409 ``review_decided``.
 * **A timer never decides.** An item not decided by ``expires_at`` becomes ``expired`` (logged as an
-  alert); a decision after that is 409 ``review_expired``. Nothing here ever approves on its own.
+  alert, and — with ``escalation_url`` — an escalation owed in the same transaction, delivered by
+  :mod:`hearth.workflows.review_escalations`); a decision after that is 409 ``review_expired``. Nothing
+  here ever approves on its own.
 
 Every action is appended to the item's ``history`` with who, why and when. This module owns ``review_items``.
 """
@@ -18,7 +20,7 @@ Every action is appended to the item's ``history`` with who, why and when. This 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,7 @@ from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import review_items
+from hearth.workflows import review_escalations
 
 log = get_logger("hearth.reviews")
 
@@ -72,6 +75,7 @@ def check_form(form: Mapping[str, Any]) -> None:
 class ReviewService:
     engine: AsyncEngine
     clock: Clock = SYSTEM_CLOCK
+    escalation_url: str | None = None  # where an expiry is announced (checked at start); None: only logged
 
     async def raise_item(self, r: ReviewRequest) -> Mapping[Any, Any]:
         if r.form is not None:
@@ -172,18 +176,33 @@ class ReviewService:
         for item_id in due:
             where = and_(_c.id == item_id, _c.state.in_(OPEN), _c.expires_at <= now)
             if await self._move(item_id, where, {"state": "expired", "claim_until": None},
-                                {"action": "expired", "at": now}):
+                                {"action": "expired", "at": now}, then=self._escalation(item_id, now)):
                 expired += 1
                 log.warning("review_expired", review_id=item_id, alert=True)
         return expired
 
     # ------------------------------------------------------------------ the one writer of an item's state
 
-    async def _move(self, item_id: str, where: Any, values: dict[str, Any], event: dict[str, Any]) -> bool:
+    def _escalation(self, item_id: str, now: float) -> Callable[[AsyncConnection], Awaitable[None]] | None:
+        url = self.escalation_url
+        if url is None:
+            return None
+
+        async def owe(conn: AsyncConnection) -> None:
+            await review_escalations.schedule(conn, item_id, url, now=now)
+
+        return owe
+
+    async def _move(self, item_id: str, where: Any, values: dict[str, Any], event: dict[str, Any], *,
+                    then: Callable[[AsyncConnection], Awaitable[None]] | None = None) -> bool:
+        """The compare-and-set of an item's state with its history event; ``then`` runs in the same transaction
+        when the move happened (an expiry's escalation: both are written, or neither)."""
         async with write_transaction(self.engine) as conn:
             history = await self._history(conn, item_id)
             result = await conn.execute(update(review_items).where(where).values(
                 **values, history=[*history, event], updated_at=event["at"]))
+            if result.rowcount == 1 and then is not None:
+                await then(conn)
             return result.rowcount == 1
 
     async def _history(self, conn: AsyncConnection, item_id: str) -> list[dict[str, Any]]:
