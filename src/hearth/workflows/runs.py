@@ -123,7 +123,8 @@ class RunService:
         child_ids = [c for r in work for c in [(r["detail"] or {}).get("run_id"), *(r["detail"] or {}).get("runs", ())]
                      if c]
         tasks = await self.tasks.get_many(task_ids) if task_ids else {}
-        reviews = await self.reviews.get_many([r["review_id"] for r in work if r["review_id"]])
+        review_ids = [r["review_id"] for r in work if r["review_id"]]
+        reviews = await self.reviews.get_many(review_ids) if review_ids else {}
         children = await run_store.runs_by_id(self.engine, child_ids)
         steps = RunSteps(self.tasks, self.reviews, self._plan)
         for run_id, (run, rows, signals) in running.items():
