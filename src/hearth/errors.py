@@ -99,8 +99,8 @@ CATALOG: dict[str, ErrorSpec] = {
                                  "The caller already has a schedule of this name."),
     "workflow_not_found": ErrorSpec(404, False, "invalid_request_error", "The workflow does not exist."),
     "workflow_run_not_found": ErrorSpec(404, False, "invalid_request_error", "The workflow run does not exist."),
-    "workflow_step_unsupported": ErrorSpec(400, False, "invalid_request_error",
-                                           "The workflow uses a step the run engine does not run yet."),
+    "workflow_signal_unexpected": ErrorSpec(409, False, "invalid_request_error",
+                                            "No step of the workflow run can take this signal."),
     # the human review queue (issue 11)
     "review_not_found": ErrorSpec(404, False, "invalid_request_error", "The review item does not exist."),
     "review_claimed": ErrorSpec(409, False, "invalid_request_error", "Another reviewer holds this review item."),

@@ -3,7 +3,8 @@
 A registration is validated in full before anything is stored — a 400 names the path at fault
 (``details.param``, e.g. ``steps[2].needs[0]``) — and an unchanged definition registered again answers
 its existing version (``created: false``). A run executes a version as tasks and review items
-(:mod:`hearth.workflows.runs`); ``GET /runs/{id}`` shows every step's state, task or review, output and timings.
+(:mod:`hearth.workflows.runs`); ``GET /runs/{id}`` shows every step's state, task or review, output and timings;
+``POST /runs/{id}/signals`` delivers an external event to the run's ``wait`` step.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hearth.api.request_body import json_too_deep, parse_json_object, parse_mode
 from hearth.errors import HearthError
 from hearth.registry.names import RegistryName
 from hearth.workflows.definition_store import DefinitionStore
+from hearth.workflows.definitions import NAME_PATTERN
 
 router = APIRouter(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
@@ -56,6 +58,22 @@ class RunCreate(BaseModel):
     caller: RegistryName = Field(description="whose tasks the run's steps are")
     input: dict[str, Any] = Field(default_factory=dict)
     version: int | None = Field(default=None, ge=1, description="default: the newest")
+
+
+class SignalCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event: str = Field(pattern=NAME_PATTERN, description="the event a `wait` step of the run waits for")
+    payload: Any = Field(default=None, description="any JSON: it becomes the output of the wait step that takes it")
+
+
+@router.post("/runs/{run_id}/signals", summary="Send an external event to a run: the wait step for it takes it (now, "
+             "or when it begins waiting); 409 `workflow_signal_unexpected` when no step of the run can",
+             openapi_extra=request_body(SignalCreate))
+async def signal_run(run_id: str, request: Request) -> Response:
+    body = parse_model(SignalCreate, await read_json_object(request), "signal")
+    signal = await runtime(request).runs.signal(run_id, event=body.event, payload=body.payload)
+    return ok(request, signal, status=202)
 
 
 @router.get("/runs/{run_id}", summary="A run: its state and every step's state, task or review, output and timings")

@@ -526,7 +526,7 @@ workflow_definitions = Table(
     Column("created_at", Float, nullable=False),
 )
 
-# owner: hearth.workflows.runs — a run of a registered workflow version, and the checkpoint of each step
+# owner: hearth.workflows.run_store — a run of a registered workflow version, and the checkpoint of each step
 workflow_runs = Table(
     "workflow_runs", metadata,
     Column("id", String(40), primary_key=True),
@@ -534,8 +534,10 @@ workflow_runs = Table(
     Column("version", Integer, nullable=False),
     Column("caller", String(128), nullable=False),  # whose tasks its steps are
     Column("input", JSON, nullable=False),
-    Column("state", String(16), nullable=False),  # running | succeeded | failed
+    Column("state", String(16), nullable=False),  # running | succeeded | failed | cancelled
     Column("error", JSON, nullable=True),  # {step, code, message} of the step that failed the run
+    Column("output", JSON, nullable=True),  # succeeded: {step id: output} of its final steps
+    Column("parent", JSON, nullable=True),  # a sub-workflow's run: {run_id, step, depth} of the step that started it
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
@@ -553,4 +555,19 @@ workflow_steps = Table(
     Column("error", JSON, nullable=True),
     Column("started_at", Float, nullable=True),
     Column("finished_at", Float, nullable=True),
+    Column("detail", JSON, nullable=True),  # per kind: a wait's due time, fan-out items, child run, loop iteration
+    Column("round", Integer, nullable=False, default=0, server_default="0"),  # times a loop reset it (idempotency keys)
 )
+
+# owner: hearth.workflows.run_store — external events sent to a run, kept until a wait step takes them
+workflow_signals = Table(
+    "workflow_signals", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("run_id", String(40), nullable=False),
+    Column("event", String(128), nullable=False),
+    Column("payload", JSON, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("consumed_by", String(160), nullable=True),  # "<step id>#<round>" of the wait step that took it
+    Column("consumed_at", Float, nullable=True),
+)
+Index("ix_workflow_signals_run", workflow_signals.c.run_id, workflow_signals.c.event)

@@ -168,6 +168,16 @@ class TaskService:
             raise HearthError("task_not_found", f"No task `{task_id}`.", param="task_id")
         return row
 
+    async def get_many(self, task_ids: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
+        """The tasks found among ``task_ids`` (any caller's), by id, in a query per 500: a workflow pass
+        reads the tasks of many runs' steps at once."""
+        found: dict[str, Mapping[Any, Any]] = {}
+        async with self.engine.connect() as conn:
+            for i in range(0, len(task_ids), 500):
+                for row in (await conn.execute(select(tasks).where(tasks.c.id.in_(task_ids[i:i + 500])))).mappings():
+                    found[row["id"]] = row
+        return found
+
     async def attempts(self, task_id: str) -> Sequence[Mapping[Any, Any]]:
         async with self.engine.connect() as conn:
             return list((await conn.execute(select(task_attempts).where(task_attempts.c.task_id == task_id)

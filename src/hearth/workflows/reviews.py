@@ -102,6 +102,16 @@ class ReviewService:
             raise HearthError("review_not_found", f"No review item `{item_id}`.", param="review_id")
         return row
 
+    async def get_many(self, item_ids: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
+        """The items found among ``item_ids``, by id, in a query per 500 (a workflow pass reads many)."""
+        found: dict[str, Mapping[Any, Any]] = {}
+        async with self.engine.connect() as conn:
+            for i in range(0, len(item_ids), 500):
+                for row in (await conn.execute(select(review_items).where(
+                        _c.id.in_(item_ids[i:i + 500])))).mappings():
+                    found[row["id"]] = row
+        return found
+
     async def page(self, *, queue: str | None = None, state: str | None = None, assignee: str | None = None,
                    older_than_s: float | None = None, cursor: str | None = None,
                    limit: int = 50) -> tuple[Sequence[Mapping[Any, Any]], str | None]:

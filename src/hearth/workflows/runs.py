@@ -1,72 +1,49 @@
-"""Workflow runs: a registered definition executed as tasks and review items, each step checkpointed.
+"""Workflow runs: a registered definition executed as tasks, review items, timers, signals and child runs,
+each step checkpointed.
 
 A run is rows: the run, and one row per step holding its state and, once it ends, its output — the
-checkpoint. Nothing lives in a process: :meth:`RunService.advance` (called at start and by every
-process's scheduler pass) reads the rows and moves the run on, so a run survives any restart and a step
-that finished never runs again. Every move is a compare-and-set on the step's state, and a step's task is
-submitted under the idempotency key ``wf:<run>:<step>``, so passes in several processes at once start each
-step once.
+checkpoint. Nothing lives in a process: :meth:`RunService.advance_all` (every process's scheduler pass) and
+:meth:`RunService.advance` (after a start, a signal, a child's end) read the rows and move the run on, so a run
+survives any restart and a step that finished never runs again. A pass reads a batch of runs with their steps,
+tasks, review items, child runs and signals in a few queries and writes each run's outcome in one
+compare-and-set transaction (:mod:`hearth.workflows.run_pass`, :mod:`hearth.workflows.run_store`); passes in
+several processes at once start each step's work once (:mod:`hearth.workflows.run_steps` keys it).
 
-This first engine runs ``task``, ``approval`` and ``join`` steps:
-
-* a step is ready when its ``needs`` are done by its join rule — ``all`` (AND): every one succeeded;
-  ``any`` (OR): the first to succeed wins and the others still running are cancelled (a result that
-  arrives after is logged, never used);
-* a failed step fails the run (``on_error: fail``, the default: what has not started is skipped, what runs
-  is cancelled) or counts as done with no output (``on_error: continue``);
-* an ``approval`` raises a review item (:mod:`hearth.workflows.reviews`) with the step's rendered input as
-  its payload and waits holding no slot; approved, its output is that payload; modified, the reviewer's
-  payload; rejected or expired — never approved by the timer — the step fails. The step after an approval
-  is submitted afresh, so its budgets and limits are checked at that moment.
-
-A definition using other kinds (``wait``, ``condition``, ``fanout``, ``loop``, ``subworkflow``) or error
-branches to a step is refused when a run is started (400 ``workflow_step_unsupported``), never half-run.
-This module owns ``workflow_runs`` and ``workflow_steps``.
+When a step is ready and how a run ends: :mod:`hearth.workflows.run_plan`, :mod:`hearth.workflows.run_pass`.
+**Signals** (:meth:`RunService.signal`) are stored: a wait step takes the oldest one of its event, whether it
+was sent before the step began waiting or after. A signal is refused (409 ``workflow_signal_unexpected``) when
+no step of the run can take it: the run is over, no wait step for the event is left to run, or every one of
+them already has a signal kept for it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
-from hearth.store.db import write_transaction
-from hearth.store.tables import workflow_runs, workflow_steps
-from hearth.tasks.service import Submission, TaskService
-from hearth.tasks.states import TERMINAL
+from hearth.tasks.service import TaskService
+from hearth.workflows import run_store
 from hearth.workflows.definition_store import DefinitionStore
-from hearth.workflows.definitions import ApprovalStep, JoinStep, TaskStep, WorkflowDefinition, topological_order
-from hearth.workflows.expressions import ExpressionError, render
-from hearth.workflows.reviews import ReviewRequest, ReviewService
+from hearth.workflows.definitions import WaitStep, WorkflowDefinition
+from hearth.workflows.reviews import ReviewService
+from hearth.workflows.run_pass import Pass, drive
+from hearth.workflows.run_plan import RunPlan
+from hearth.workflows.run_steps import RunSteps
 
 log = get_logger("hearth.workflow_runs")
 
-_SUPPORTED = (TaskStep, ApprovalStep, JoinStep)
-_ENDED = ("succeeded", "failed", "skipped", "cancelled")
-_runs = workflow_runs.c
-_steps = workflow_steps.c
-
-
-def _check_supported(defn: WorkflowDefinition) -> None:
-    for i, step in enumerate(defn.steps):
-        if not isinstance(step, _SUPPORTED):
-            raise HearthError("workflow_step_unsupported", f"Step `{step.id}` is a `{step.kind}` step, which the run "
-                              "engine does not run yet (task, approval and join steps run).", param=f"steps[{i}].kind")
-        if step.on_error not in ("fail", "continue"):
-            raise HearthError("workflow_step_unsupported", f"Step `{step.id}` names an error branch; runs support "
-                              "on_error fail or continue for now.", param=f"steps[{i}].on_error")
-        if isinstance(step, ApprovalStep) and step.on_timeout != "fail":
-            raise HearthError("workflow_step_unsupported", f"Step `{step.id}` names a timeout branch; runs support "
-                              "on_timeout fail for now.", param=f"steps[{i}].on_timeout")
+RUNS_PER_PASS = 5_000  # a scheduler pass looks at this many running runs at most; the next goes on from there
+_BATCH = 500
+_PLANS_KEPT = 256
 
 
 @dataclass(slots=True)
@@ -76,192 +53,133 @@ class RunService:
     tasks: TaskService
     reviews: ReviewService
     clock: Clock = SYSTEM_CLOCK
+    _plans: OrderedDict[tuple[str, int], RunPlan] = field(default_factory=OrderedDict)
+    _cursor: str = ""  # where the next scheduler pass goes on among the running runs
 
     async def start(self, name: str, *, caller: str, run_input: dict[str, Any],
                     version: int | None = None) -> Mapping[str, Any]:
-        stored = await self.definitions.get(name, version)
-        defn = WorkflowDefinition.model_validate(stored["spec"])
-        _check_supported(defn)
-        now = self.clock.now()
+        found, plan = await self._plan(name, version)
         run_id = "wfr_" + new_id()
-        async with write_transaction(self.engine) as conn:
-            await conn.execute(workflow_runs.insert().values(
-                id=run_id, workflow=name, version=stored["version"], caller=caller, input=run_input, state="running",
-                created_at=now, updated_at=now))
-            await conn.execute(workflow_steps.insert(), [{"run_id": run_id, "step_id": s.id, "state": "waiting"}
-                                                          for s in defn.steps])
+        await run_store.create_run(self.engine, run_store.NewRun(
+            id=run_id, workflow=name, version=found, caller=caller, input=run_input,
+            step_ids=[s.id for s in plan.definition.steps]), now=self.clock.now())
         await self.advance(run_id)
         return await self.get(run_id)
 
     async def get(self, run_id: str) -> dict[str, Any]:
-        """The run and every step (state, task or review, output, error, timings), in declaration order."""
-        view, _ = await self._load(run_id)
-        return view
+        """The run and every step (state, task, review or child run, output, error, timings, detail), in
+        declaration order."""
+        loaded = (await run_store.load(self.engine, [run_id])).get(run_id)
+        if loaded is None:
+            raise HearthError("workflow_run_not_found", f"No workflow run `{run_id}`.", param="run_id")
+        run, rows, _ = loaded
+        _, plan = await self._plan(run["workflow"], run["version"])
+        return {**run, "steps": [{**{k: v for k, v in rows[s.id].items() if k != "run_id"}, "kind": s.kind,
+                                  "needs": list(s.needs), "join": s.join} for s in plan.definition.steps]}
 
-    async def _load(self, run_id: str) -> tuple[dict[str, Any], WorkflowDefinition]:
-        """The run's view (see :meth:`get`) and the definition version it runs, read once."""
-        async with self.engine.connect() as conn:
-            run = (await conn.execute(select(workflow_runs).where(_runs.id == run_id))).mappings().first()
-            if run is None:
-                raise HearthError("workflow_run_not_found", f"No workflow run `{run_id}`.", param="run_id")
-            steps = {r["step_id"]: dict(r) for r in (await conn.execute(
-                select(workflow_steps).where(_steps.run_id == run_id))).mappings()}
-        defn = WorkflowDefinition.model_validate((await self.definitions.get(run["workflow"], run["version"]))["spec"])
-        view = {**dict(run), "steps": [{**{k: v for k, v in steps[s.id].items() if k != "run_id"}, "kind": s.kind,
-                                        "needs": list(s.needs), "join": s.join} for s in defn.steps]}
-        return view, defn
+    async def signal(self, run_id: str, *, event: str, payload: Any) -> dict[str, Any]:
+        """Deliver an external event to the run (see the module's docstring for when it is refused)."""
+        run = await self.get(run_id)
+        _, plan = await self._plan(run["workflow"], run["version"])
+        waits = {sid for sid, s in plan.steps.items() if isinstance(s, WaitStep) and s.event == event}
+        open_waits = [s for s in run["steps"] if s["step_id"] in waits and s["state"] in ("waiting", "running")]
+        kept = await run_store.untaken_signals(self.engine, run_id, event)
+        if run["state"] != "running" or len(open_waits) <= kept:
+            reason = ("the run is " + run["state"] if run["state"] != "running" else
+                      f"no wait step of the run is left for event `{event}`" if not open_waits else
+                      f"every wait step for event `{event}` already has a signal kept for it")
+            raise HearthError("workflow_signal_unexpected", f"No step can take this signal: {reason}.",
+                              param="event", details={"run_state": run["state"], "waiting_steps": len(open_waits),
+                                                      "kept_signals": kept})
+        signal_id = await run_store.add_signal(self.engine, run_id, event=event, payload=payload, now=self.clock.now())
+        await self.advance(run_id)
+        row = await run_store.signal_row(self.engine, signal_id)
+        taker = row["consumed_by"].rpartition("#")[0] if row["consumed_by"] else None
+        return {"id": signal_id, "run_id": run_id, "event": event, "created_at": row["created_at"],
+                "taken_by": taker}
 
     async def advance_all(self) -> int:
-        """Move every running run on (the scheduler pass); how many runs were looked at."""
-        async with self.engine.connect() as conn:
-            ids = (await conn.execute(select(_runs.id).where(_runs.state == "running").order_by(_runs.updated_at)
-                                      .limit(100))).scalars().all()
-        for run_id in ids:
-            try:
-                await self.advance(run_id)
-            except Exception as exc:  # one run's trouble never stops the others
-                log.warning("workflow_run_advance_failed", run_id=run_id, error=type(exc).__name__)
-        return len(ids)
+        """Move running runs on (the scheduler pass), up to :data:`RUNS_PER_PASS` of them, going on next time
+        where this pass stopped; how many runs were looked at."""
+        seen = 0
+        while seen < RUNS_PER_PASS:
+            ids = await run_store.running_runs(self.engine, after=self._cursor, limit=_BATCH)
+            self._cursor = ids[-1] if len(ids) == _BATCH else ""
+            await self._advance_many(ids)
+            seen += len(ids)
+            if not self._cursor:
+                break
+        return seen
 
     async def advance(self, run_id: str) -> None:
-        """Move the run on until nothing more can happen now."""
-        while await self._step_once(run_id):
-            pass
+        """Move one run on as far as it can go now."""
+        await self._advance_many([run_id])
 
-    async def _step_once(self, run_id: str) -> bool:
-        view, defn = await self._load(run_id)
-        if view["state"] != "running":
-            return False
-        rows = {s["step_id"]: s for s in view["steps"]}
-        by_id = {s.id: s for s in defn.steps}
-        for step_id in topological_order(defn):
-            step, row = by_id[step_id], rows[step_id]
-            if row["state"] == "running" and await self._observe(run_id, step, row):
-                return True
-            if row["state"] == "waiting":
-                verdict = _readiness(step, [(by_id[n], rows[n]) for n in step.needs])
-                if verdict == "skip":
-                    return await self._end(run_id, step_id, "skipped", error={"code": "upstream_failed"})
-                if verdict == "ready":
-                    await self._cancel_losers(run_id, step, rows)
-                    return await self._begin(view, step, rows)
-        return await self._conclude(view, defn)
-
-    # ------------------------------------------------------------------ starting a step
-
-    async def _begin(self, run: Mapping[str, Any], step: Any, rows: Mapping[str, Mapping[str, Any]]) -> bool:
-        scope = {"input": run["input"], "steps": {sid: {"output": r["output"]} for sid, r in rows.items()
-                                                  if r["state"] == "succeeded" or r["state"] == "failed"}}
-        if isinstance(step, JoinStep):
-            output = {n: rows[n]["output"] for n in step.needs if rows[n]["state"] == "succeeded"}
-            return await self._end(run["id"], step.id, "succeeded", output=output, started=True)
-        try:
-            payload = render(step.input, scope)
-        except ExpressionError as exc:
-            return await self._end(run["id"], step.id, "failed", error={"code": "input_mapping_failed",
-                                                                        "message": str(exc)}, started=True)
-        values: dict[str, Any] = {"state": "running", "started_at": self.clock.now()}
-        if isinstance(step, TaskStep):
+    async def _advance_many(self, run_ids: Sequence[str], depth: int = 0) -> None:
+        loaded = await run_store.load(self.engine, run_ids)
+        running = {rid: v for rid, v in loaded.items() if v[0]["state"] == "running"}
+        work = [r for _, rows, _ in running.values() for r in rows.values() if r["state"] == "running"]
+        task_ids = [t for r in work for t in [r["task_id"], *(r["detail"] or {}).get("tasks", ())] if t]
+        child_ids = [c for r in work for c in [(r["detail"] or {}).get("run_id"), *(r["detail"] or {}).get("runs", ())]
+                     if c]
+        tasks = await self.tasks.get_many(task_ids) if task_ids else {}
+        review_ids = [r["review_id"] for r in work if r["review_id"]]
+        reviews = await self.reviews.get_many(review_ids) if review_ids else {}
+        children = await run_store.runs_by_id(self.engine, child_ids)
+        steps = RunSteps(self.tasks, self.reviews, self._plan)
+        for run_id, (run, rows, signals) in running.items():
             try:
-                ((task, _),) = await self.tasks.submit([Submission(
-                    task_type=step.task_type, payload=payload, caller=run["caller"],
-                    idempotency_key=f"wf:{run['id']}:{step.id}")])
-            except HearthError as exc:
-                if exc.retryable:
-                    return False  # a full queue: the next pass tries again
-                return await self._end(run["id"], step.id, "failed", error={"code": exc.code,
-                                                                            "message": exc.message}, started=True)
-            values["task_id"] = task["id"]
-        else:
-            item_id = "rv_wf_" + hashlib.sha256(f"{run['id']}:{step.id}".encode()).hexdigest()[:24]
-            await self.reviews.raise_item(ReviewRequest(
-                title=f"Workflow `{run['workflow']}`: approve step `{step.id}`", payload=payload,
-                timeout_s=step.timeout_s, queue="workflows", subject_kind="workflow_step",
-                subject_id=f"{run['id']}:{step.id}", form=step.form, caller=run["caller"], item_id=item_id))
-            values["review_id"] = item_id
-        return await self._move(run["id"], step.id, "waiting", values)
+                _, plan = await self._plan(run["workflow"], run["version"])
+                p = Pass(plan=plan, run=run, rows=rows, signals=signals, tasks=tasks, reviews=reviews,
+                         children=children, now=self.clock.now())
+                await drive(p, steps)
+                changes = p.written()
+                if changes:
+                    await run_store.apply(self.engine, run_id, changes, now=p.now)
+            except run_store.Conflict:
+                continue  # another process moved it first: the next pass decides from what it wrote
+            except Exception as exc:  # one run's trouble never stops the others
+                log.warning("workflow_run_advance_failed", run_id=run_id, error=type(exc).__name__)
+                continue
+            await self._after(p, depth)
 
-    async def _cancel_losers(self, run_id: str, step: Any, rows: Mapping[str, Mapping[str, Any]]) -> None:
-        """An OR join is ready: what its other needs still run is cancelled (a late result is logged, not used)."""
-        if step.join != "any":
-            return
-        for n in step.needs:
-            row = rows[n]
-            if row["state"] == "running" and row["task_id"]:
-                await self._cancel_task(row["task_id"])  # if it ended meanwhile, its result is not used either
-                await self._move(run_id, n, "running", {"state": "cancelled", "finished_at": self.clock.now(),
-                                                        "error": {"code": "lost_the_race"}})
+    async def _after(self, p: Pass, depth: int) -> None:
+        """What a committed pass asked for: cancel tasks, stop child runs, move new children and a parent on."""
+        for task_id in p.after.cancel_tasks:
+            await self._cancel_task(task_id)
+        for run_id in p.after.stop_runs:
+            await self._stop_run(run_id)
+        if p.after.advance_runs and depth < 16:
+            await self._advance_many(p.after.advance_runs, depth + 1)
 
-    # ------------------------------------------------------------------ watching a running step
-
-    async def _observe(self, run_id: str, step: Any, row: Mapping[str, Any]) -> bool:
-        if row["task_id"]:
-            task = await self.tasks.get(row["task_id"], caller=None)
-            if task["state"] not in TERMINAL:
-                return False
-            if task["state"] in ("succeeded", "mark_succeeded"):
-                return await self._end(run_id, step.id, "succeeded", output=task["result"])
-            return await self._end(run_id, step.id, "failed", error={"code": task["error_code"] or "task_failed"})
-        item = await self.reviews.get(row["review_id"])
-        if item["state"] == "approved":
-            return await self._end(run_id, step.id, "succeeded", output=item["payload"])
-        if item["state"] == "modified":
-            return await self._end(run_id, step.id, "succeeded", output=item["decision"])
-        if item["state"] in ("rejected", "expired"):
-            return await self._end(run_id, step.id, "failed", error={"code": f"review_{item['state']}",
-                                                                     "reason": item["reason"]})
-        return False
+    async def _stop_run(self, run_id: str) -> None:
+        """Cancel a child run whose parent step stopped, and everything it runs, down its own children."""
+        running = await run_store.cancel_run(self.engine, run_id, error={"code": "parent_step_stopped"},
+                                             now=self.clock.now())
+        for row in running or ():
+            detail = row["detail"] or {}
+            for task_id in [row["task_id"], *detail.get("tasks", ())]:
+                if task_id:
+                    await self._cancel_task(task_id)
+            for child in [detail.get("run_id"), *detail.get("runs", ())]:
+                if child:
+                    await self._stop_run(child)
 
     async def _cancel_task(self, task_id: str) -> None:
         with contextlib.suppress(HearthError):  # it ended meanwhile: nothing to cancel
             await self.tasks.cancel(task_id, caller=None)
 
-    # ------------------------------------------------------------------ the writers
+    async def _plan(self, name: str, version: int | None) -> tuple[int, RunPlan]:
+        """The definition version (the newest when None) as a :class:`RunPlan`; versions never change, so the
+        plans of the last few hundred are kept."""
+        if version is not None and (name, version) in self._plans:
+            self._plans.move_to_end((name, version))
+            return version, self._plans[(name, version)]
+        stored = await self.definitions.get(name, version)
+        key = (name, int(stored["version"]))
+        if key not in self._plans:
+            self._plans[key] = RunPlan.of(WorkflowDefinition.model_validate(stored["spec"]))
+            while len(self._plans) > _PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return key[1], self._plans[key]
 
-    async def _end(self, run_id: str, step_id: str, state: str, *, output: Any = None, error: Any = None,
-                   started: bool = False) -> bool:
-        now = self.clock.now()
-        values = {"state": state, "output": output, "error": error, "finished_at": now}
-        if started:
-            values["started_at"] = now
-        return await self._move(run_id, step_id, "waiting" if started or state == "skipped" else "running", values)
-
-    async def _move(self, run_id: str, step_id: str, from_state: str, values: dict[str, Any]) -> bool:
-        async with write_transaction(self.engine) as conn:
-            moved = await conn.execute(update(workflow_steps).where(
-                _steps.run_id == run_id, _steps.step_id == step_id, _steps.state == from_state).values(**values))
-            if moved.rowcount == 1:
-                await conn.execute(update(workflow_runs).where(_runs.id == run_id).values(updated_at=self.clock.now()))
-            return moved.rowcount == 1
-
-    async def _conclude(self, run: Mapping[str, Any], defn: WorkflowDefinition) -> bool:
-        rows = {s["step_id"]: s for s in run["steps"]}
-        fatal = next((s for s in defn.steps if rows[s.id]["state"] == "failed" and s.on_error == "fail"), None)
-        if fatal is None and not all(r["state"] in _ENDED for r in rows.values()):
-            return False
-        if fatal is not None:
-            for s in defn.steps:  # stop what is left: nothing more of a failed run starts
-                row = rows[s.id]
-                if row["state"] == "running" and row["task_id"]:
-                    await self._cancel_task(row["task_id"])
-                if row["state"] in ("waiting", "running"):
-                    await self._move(run["id"], s.id, row["state"], {"state": "cancelled",
-                                                                      "finished_at": self.clock.now()})
-        now = self.clock.now()
-        error = None if fatal is None else {"step": fatal.id, **(rows[fatal.id]["error"] or {})}
-        async with write_transaction(self.engine) as conn:
-            await conn.execute(update(workflow_runs).where(_runs.id == run["id"], _runs.state == "running").values(
-                state="failed" if fatal is not None else "succeeded", error=error, finished_at=now, updated_at=now))
-        return False
-
-
-def _readiness(step: Any, needs: list[tuple[Any, Mapping[str, Any]]]) -> str:
-    """``ready``, ``skip`` (it can never run: its needs failed) or ``wait``, by the step's join rule."""
-    done = [(s.on_error == "continue" and r["state"] == "failed") or r["state"] == "succeeded" for s, r in needs]
-    dead = [r["state"] in ("skipped", "cancelled") or (r["state"] == "failed" and s.on_error != "continue")
-            for s, r in needs]
-    if not needs or (step.join == "all" and all(done)) or (step.join == "any" and any(done)):
-        return "ready"
-    if (step.join == "all" and any(dead)) or (step.join == "any" and all(dead)):
-        return "skip"
-    return "wait"
