@@ -1,7 +1,7 @@
 """Escalation deliveries of expired review items.
 
-Revision ID: 0020
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0020"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

@@ -4,8 +4,8 @@ and on PostgreSQL the tasks table leaves 15 % of each page free for such version
 The index is on ``id``: a join on the task id that the planner runs through it stays an index lookup (keyed on
 ``queue`` it was one deduplicated key, and the planner scanned all of it — dead entries too — once per row).
 
-Revision ID: 0022
-Revises: 0017
+Revision ID: 0020
+Revises: 0019
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022"
-down_revision = "0017"
+revision = "0020"
+down_revision = "0019"
 branch_labels = None
 depends_on = None
 
