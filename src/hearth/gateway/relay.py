@@ -72,15 +72,18 @@ class RelayStream:
         try:
             async with asyncio.timeout(max(0.0, remaining)):
                 rename = self._rename
-                async for payload in self._upstream.events():
-                    if rename is not None:
-                        payload = rename(payload)
-                    if self._first is None:
-                        self._first = payload
-                    if b"\n" in payload or b"\r" in payload:
-                        yield encode_event(payload)
-                    else:
-                        yield b"data: " + payload + b"\n\n"
+                async for batch in self._upstream.batches():
+                    parts: list[bytes] = []
+                    for payload in batch:
+                        if rename is not None:
+                            payload = rename(payload)
+                        if self._first is None:
+                            self._first = payload
+                        if b"\n" in payload or b"\r" in payload:
+                            parts.append(encode_event(payload))
+                        else:
+                            parts += (b"data: ", payload, b"\n\n")
+                    yield b"".join(parts)
                 if self._call.ctx.include_usage and self._upstream.usage is None:
                     yield b"data: " + self._estimated_usage_chunk() + b"\n\n"
         except TimeoutError:

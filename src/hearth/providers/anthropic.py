@@ -67,7 +67,7 @@ class AnthropicStream:
     async def prime(self) -> None:
         await self._fill()
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def batches(self) -> AsyncIterator[list[bytes]]:
         while await self._fill():
             batch, self._pending = self._pending, []
             for payload in batch:
@@ -77,7 +77,7 @@ class AnthropicStream:
                         c = (ch.get("delta") or {}).get("content")
                         if isinstance(c, str):
                             self._text.append(c)
-                yield payload
+            yield batch
 
     async def aclose(self) -> None:
         self._body.close()

@@ -70,6 +70,10 @@ class UpstreamStream(Protocol):
     after ``[DONE]``; an upstream that stops without it raises ``UpstreamNetworkError`` (as does any
     failed read, with the code the relay ends the stream with). ``usage`` is known once iteration
     has ended.
+
+    :meth:`batches` yields the events that arrived together (one read from the upstream), so the
+    relay forwards them in one write: a 20-chunk answer read at once was 22 ASGI sends, each costing
+    more than relaying its event (measured: ~8 % of a stream's CPU).
     """
 
     async def prime(self) -> None:
@@ -87,7 +91,9 @@ class UpstreamStream(Protocol):
         """Offline estimate of the streamed text, for upstreams that report no usage."""
         ...
 
-    def events(self) -> AsyncIterator[bytes]: ...
+    def batches(self) -> AsyncIterator[list[bytes]]:
+        """Lists of events, in order, each list non-empty."""
+        ...
 
     async def aclose(self) -> None: ...
 

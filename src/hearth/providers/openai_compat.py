@@ -121,11 +121,10 @@ class OpenAIStream:
     async def prime(self) -> None:
         await self._fill()
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def batches(self) -> AsyncIterator[list[bytes]]:
         while await self._fill():
             batch, self._pending = self._pending, []
-            for payload in batch:
-                yield payload
+            yield batch
 
     async def aclose(self) -> None:
         self._body.close()

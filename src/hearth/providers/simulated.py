@@ -60,7 +60,11 @@ class SimulatedStream:
     async def prime(self) -> None:
         return None  # the first event is computed, not awaited
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def batches(self) -> AsyncIterator[list[bytes]]:
+        async for payload in self._events():  # one word at a time, as a model would stream
+            yield [payload]
+
+    async def _events(self) -> AsyncIterator[bytes]:
         cid = f"chatcmpl-sim{uuid.uuid4().hex[:20]}"
         created = int(time.time())
         base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self._model,
