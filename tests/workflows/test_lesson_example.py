@@ -313,3 +313,19 @@ async def test_the_daily_summary_schedule_fires_at_8_shanghai_time_and_summarize
         assert task["state"] in ("queued", "running") and loop.time() < deadline, (task["error_code"], task["error"])
         await asyncio.sleep(0.05)
     assert task["result"]["summary"] and lesson.fake.stats.requests == 1
+
+
+async def test_an_unreachable_analytics_service_degrades_to_recommending_on_the_topic_alone(lesson: Lesson) -> None:
+    lesson.fake.script(RECOMMENDED, *generation(0.95))
+    run = await lesson.runs.start("lesson-preparation", caller="teacher-bff", run_input={
+        "class_id": "c-7", "subject_id": "math", "topic": "fractions", "model": "demo-chat",
+        "analytics_url": f"http://127.0.0.1:{free_port()}/analytics",  # nothing listens there
+        "persist_url": f"{lesson.systems.url}/questions"})
+    view = await lesson.until_review(str(run["id"]))
+
+    assert step(view, "analyse")["state"] == "failed"  # after its retries (on_error: continue)
+    assert step(view, "analyse")["error"]["code"] == "upstream_error"
+    assert step(view, "recommend")["state"] == "succeeded"
+    recommend = await lesson.rt.tasks.service.get(step(view, "recommend")["task_id"], caller=None)
+    assert recommend["payload"]["text"].endswith("What the class struggles with: unknown")
+    assert lesson.fake.stats.requests == 3 and lesson.systems.analysed == []
