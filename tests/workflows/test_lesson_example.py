@@ -329,3 +329,12 @@ async def test_an_unreachable_analytics_service_degrades_to_recommending_on_the_
     recommend = await lesson.rt.tasks.service.get(step(view, "recommend")["task_id"], caller=None)
     assert recommend["payload"]["text"].endswith("What the class struggles with: unknown")
     assert lesson.fake.stats.requests == 3 and lesson.systems.analysed == []
+
+
+@pytest.mark.xfail(strict=True, reason="engine gap (run_steps.py, not this branch's to change): a failed task step's "
+                   "error is {code} only; the task's message stays on the task, so the run's error cannot say why")
+async def test_the_runs_error_says_why_no_generation_passed(lesson: Lesson) -> None:
+    lesson.fake.script(RECOMMENDED, *generation(0.1), *generation(0.2), *generation(0.3), *generation(0.4))
+    view = await settle(lesson.runs, await lesson.start(), within_s=30)
+    assert view["state"] == "failed"
+    assert "after 3 regenerations" in str(view["error"].get("message"))
