@@ -101,6 +101,13 @@ CATALOG: dict[str, ErrorSpec] = {
     "workflow_run_not_found": ErrorSpec(404, False, "invalid_request_error", "The workflow run does not exist."),
     "workflow_signal_unexpected": ErrorSpec(409, False, "invalid_request_error",
                                             "No step of the workflow run can take this signal."),
+    "workflow_failed": ErrorSpec(422, False, "invalid_request_error",
+                                 "The workflow reached a step that ends it as failed."),
+    # built-in task types calling business systems (issue 11)
+    "http_call_refused": ErrorSpec(400, False, "invalid_request_error",
+                                   "The URL is not allowed for an outbound call."),
+    "http_call_rejected": ErrorSpec(422, False, "invalid_request_error",
+                                    "The receiving system refused the request."),
     # the human review queue (issue 11)
     "review_not_found": ErrorSpec(404, False, "invalid_request_error", "The review item does not exist."),
     "review_claimed": ErrorSpec(409, False, "invalid_request_error", "Another reviewer holds this review item."),

@@ -52,6 +52,8 @@ from hearth.state.factory import MemoryStateClaim, create_state, refuse_memory_w
 from hearth.store.db import create_engine, migrate
 from hearth.tasks.capability_tasks import CapabilityServices, register_capability_tasks
 from hearth.tasks.engine import TaskEngine, build_task_engine
+from hearth.tasks.fail_task import register_fail_task
+from hearth.tasks.http_call import register_http_tasks
 from hearth.tasks.types import TaskTypes
 from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.definitions import WorkflowDefinition
@@ -165,9 +167,13 @@ class Runtime:
 
 
 def task_types(settings: Settings) -> TaskTypes:
-    """The capability tasks, plus those registered by each of ``task_modules`` (``module:function``)."""
+    """The capability tasks, ``http_post`` and ``workflow.fail``, plus those registered by each of
+    ``task_modules`` (``module:function``)."""
     types = TaskTypes()
     register_capability_tasks(types)
+    register_http_tasks(types, guard=AddressGuard(settings.callback_url_allow),
+                        signing_key=settings.callback_signing_key)
+    register_fail_task(types)
     for spec in settings.task_modules:
         module, _, function = spec.partition(":")
         try:
