@@ -5,15 +5,17 @@ transaction that
 
 1. locks the run row (``SELECT … FOR UPDATE``; on SQLite the process's write lane does it),
 2. reads the steps and decides (a 409 when the run's or the step's state does not allow the action),
-3. writes the steps it changes, each a compare-and-set on the state and generation it read,
+3. writes the steps it changes, each a compare-and-set on the state and round it read,
 4. moves the run (state, and ``epoch`` + 1 — the fence), and
-5. appends a row to ``workflow_run_actions`` with what the changed rows were before and after.
+5. appends a row to ``workflow_run_actions`` with what the changed rows were before and after
+   (:func:`hearth.workflows.run_store.act`).
 
-A scheduler pass (:mod:`hearth.workflows.runs`) writes the run row first too, and only while the run is
-``running`` at the epoch it read; so a pass that read the rows before an action commits nothing after it, and
-an action never meets a half-applied pass. After the commit the action cancels the tasks of the steps it took
-back (cooperatively, as ``POST /tasks/{id}/cancel``) and withdraws their open review items (they expire; they
-are never approved); a run left ``running`` is advanced at once.
+A scheduler pass's write (:func:`hearth.workflows.run_store.apply`) writes the run row first too, and only while
+the run is ``running`` at the epoch the pass read; so a pass that read the rows before an action commits nothing
+after it, and an action never meets a half-applied pass. After the commit the action lets go of what the steps
+it took back were running: their tasks (fan-out items too) are cancelled (cooperatively, as
+``POST /tasks/{id}/cancel``), their open review items withdrawn (they expire; never approved), their child runs
+cancelled; a run left ``running`` is advanced at once, and a terminated sub-workflow's parent is woken.
 
 What each action means:
 
@@ -21,9 +23,11 @@ What each action means:
   recorded when the run resumes. **resume** (``paused`` → ``running``).
 * **terminate** (``running`` | ``paused`` → ``terminated``, final): waiting and running steps end
   ``cancelled`` (``run_terminated``), running tasks are cancelled, open review items withdrawn.
-* **rerun** a step (not ``waiting``): the step and every step that depends on it, transitively, go back to
-  ``waiting`` with a new generation, so they run afresh (new tasks, new review items); their old checkpoints
-  stay in this audit, unused. A finished run (``succeeded`` or ``failed``) is reopened.
+* **rerun** a step (not ``waiting``): the step and every step after it, transitively, along every edge
+  (``needs``, a condition's ``then``/``else``, ``on_error``, ``on_timeout``, and a loop's body: a step of a
+  body reruns its loop, and a loop its whole body, from the first iteration) go back to ``waiting`` with their
+  ``round`` moved on — as a loop iteration does — so they run afresh (new tasks, review items, child runs);
+  their old checkpoints stay in this audit, unused. A finished run (``succeeded`` or ``failed``) is reopened.
 * **skip** a ``waiting`` or ``failed`` step: it ends ``skipped`` (``override: skipped``) and the steps after it
   see it as skipped by their join rules — under an AND join they are skipped too; an OR join waits for another
   branch.
@@ -32,32 +36,26 @@ What each action means:
   no business outcome was decided or verified, and the output is whatever the operator said it is.
 
 Skip and mark_succeeded also reopen a failed run, and put back to ``waiting`` what ended only because of the
-failure (steps ``skipped`` as ``upstream_failed``, steps ``cancelled`` when the run failed), to be decided again.
-Neither re-runs what already ran: use rerun for that.
+failure (steps the engine ``skipped``, steps ``cancelled`` when the run failed), to be decided again; a loop
+cancelled in the middle of an iteration goes on with that iteration. Neither re-runs what already ran: use rerun
+for that.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from hearth.errors import HearthError
-from hearth.store.db import write_transaction
-from hearth.store.tables import workflow_run_actions, workflow_runs, workflow_steps
-from hearth.workflows.definitions import WorkflowDefinition
+from hearth.workflows import run_store
+from hearth.workflows.definitions import edges
+from hearth.workflows.run_plan import RunPlan
+from hearth.workflows.run_store import ActionChanges
 from hearth.workflows.runs import RunService
 
-_AUDITED = ("state", "generation", "task_id", "review_id", "output", "error", "override", "started_at",
-            "finished_at")
-_Planner = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]], WorkflowDefinition], "_Plan"]
-_runs = workflow_runs.c
-_steps = workflow_steps.c
-_actions = workflow_run_actions.c
+Rows = Mapping[str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,45 +72,52 @@ class Audit:
 
 
 @dataclass(slots=True)
-class _Plan:
-    """What an action changes: the run's new values, each step's new values, and what to stop after the commit."""
+class _LetGo:
+    """What the steps an action took back were running, to stop once the action committed."""
 
-    run: dict[str, Any] = field(default_factory=dict)
-    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
-    cancel_tasks: list[str] = field(default_factory=list)
-    withdraw_reviews: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    reviews: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
 
     def stop(self, row: Mapping[str, Any]) -> None:
-        """What the step holds while it runs is let go of: its task cancelled, its review item withdrawn."""
-        if row["state"] == "running" and row["task_id"]:
-            self.cancel_tasks.append(row["task_id"])
-        if row["state"] == "running" and row["review_id"]:
-            self.withdraw_reviews.append(row["review_id"])
+        if row["state"] != "running":
+            return
+        detail = row["detail"] or {}
+        self.tasks += [t for t in [row["task_id"], *detail.get("tasks", ())] if t]
+        self.reviews += [row["review_id"]] if row["review_id"] else []
+        self.runs += [r for r in [detail.get("run_id"), *detail.get("runs", ())] if r]
 
 
 def _reset(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {"state": "waiting", "generation": row["generation"] + 1, "task_id": None, "review_id": None,
-            "output": None, "error": None, "override": None, "started_at": None, "finished_at": None}
+    return {"state": "waiting", "round": row["round"] + 1, "task_id": None, "review_id": None, "output": None,
+            "error": None, "override": None, "detail": None, "started_at": None, "finished_at": None}
 
 
 def _ended_by_failure(row: Mapping[str, Any]) -> bool:
-    """Ended only because something upstream (or the run) failed — not by its own work or an operator."""
+    """Ended by the engine only because something upstream (or the run) failed — not by its own work or an
+    operator: skipped, or cancelled when the run failed."""
     code = (row["error"] or {}).get("code")
-    return row["override"] is None and ((row["state"] == "skipped" and code == "upstream_failed")
-                                        or (row["state"] == "cancelled" and code != "lost_the_race"))
+    return row["override"] is None and (row["state"] == "skipped" or (
+        row["state"] == "cancelled" and code not in ("lost_the_race", "run_terminated")))
 
 
-def dependents(defn: WorkflowDefinition, step_id: str) -> list[str]:
-    """Every step that needs ``step_id``, transitively (declaration order)."""
-    found: set[str] = {step_id}
-    changed = True
-    while changed:
-        changed = False
-        for s in defn.steps:
-            if s.id not in found and any(n in found for n in s.needs):
-                found.add(s.id)
-                changed = True
-    return [s.id for s in defn.steps if s.id in found and s.id != step_id]
+def dependents(plan: RunPlan, step_id: str) -> list[str]:
+    """Every step after ``step_id``, transitively, along every edge kind — ``needs``, ``then``/``else``,
+    ``on_error``, ``on_timeout``, a body step's edge to its loop — and, for a loop, every step of its body
+    (nested bodies too); in topological order."""
+    targets: dict[str, list[str]] = {s: [] for s in plan.steps}
+    for edge in edges(plan.definition):
+        targets[edge.source].append(edge.target)
+    for loop, body in plan.inside.items():
+        targets[loop] += sorted(body)
+    found: set[str] = set()
+    todo = [step_id]
+    while todo:
+        for nxt in targets[todo.pop()]:
+            if nxt not in found:
+                found.add(nxt)
+                todo.append(nxt)
+    return [s for s in plan.order if s in found and s != step_id]
 
 
 @dataclass(slots=True)
@@ -122,85 +127,86 @@ class RunActions:
     # ------------------------------------------------------------------ the whole run
 
     async def pause(self, run_id: str, audit: Audit) -> dict[str, Any]:
-        def plan(run: Mapping[str, Any], _: Mapping[str, Mapping[str, Any]], __: WorkflowDefinition) -> _Plan:
+        def decide(run: Mapping[str, Any], _: Rows, __: RunPlan, ___: _LetGo) -> ActionChanges:
             _require_run(run, ("running",), "pause")
-            return _Plan(run={"state": "paused"})
+            return ActionChanges(run={"state": "paused"})
 
-        return await self._act(run_id, None, "pause", audit, plan=plan)
+        return await self._act(run_id, None, "pause", audit, decide=decide)
 
     async def resume(self, run_id: str, audit: Audit) -> dict[str, Any]:
-        def plan(run: Mapping[str, Any], _: Mapping[str, Mapping[str, Any]], __: WorkflowDefinition) -> _Plan:
+        def decide(run: Mapping[str, Any], _: Rows, __: RunPlan, ___: _LetGo) -> ActionChanges:
             _require_run(run, ("paused",), "resume")
-            return _Plan(run={"state": "running"})
+            return ActionChanges(run={"state": "running"})
 
-        return await self._act(run_id, None, "resume", audit, plan=plan)
+        return await self._act(run_id, None, "resume", audit, decide=decide)
 
     async def terminate(self, run_id: str, audit: Audit) -> dict[str, Any]:
         now = self.runs.clock.now()
 
-        def plan(run: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]], _: WorkflowDefinition) -> _Plan:
+        def decide(run: Mapping[str, Any], rows: Rows, _: RunPlan, let_go: _LetGo) -> ActionChanges:
             _require_run(run, ("running", "paused"), "terminate")
-            p = _Plan(run={"state": "terminated", "finished_at": now,
-                           "error": {"code": "run_terminated", "operator": audit.operator, "reason": audit.reason}})
+            c = ActionChanges(run={"state": "terminated", "finished_at": now, "error": {
+                "code": "run_terminated", "operator": audit.operator, "reason": audit.reason}})
             for sid, row in rows.items():
                 if row["state"] in ("waiting", "running"):
-                    p.stop(row)
-                    p.steps[sid] = {"state": "cancelled", "finished_at": now, "error": {"code": "run_terminated"}}
-            return p
+                    let_go.stop(row)
+                    c.steps[sid] = {"state": "cancelled", "finished_at": now, "error": {"code": "run_terminated"}}
+            return c
 
-        return await self._act(run_id, None, "terminate", audit, plan=plan)
+        return await self._act(run_id, None, "terminate", audit, decide=decide)
 
     # ------------------------------------------------------------------ one step
 
     async def rerun(self, run_id: str, step_id: str, audit: Audit) -> dict[str, Any]:
-        def plan(run: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]], defn: WorkflowDefinition) -> _Plan:
+        def decide(run: Mapping[str, Any], rows: Rows, plan: RunPlan, let_go: _LetGo) -> ActionChanges:
             _require_run(run, ("running", "paused", "succeeded", "failed"), "rerun a step of")
             _require_step(rows[step_id], ("running", "succeeded", "failed", "skipped", "cancelled"), "rerun")
-            p = _reopen(run, rows, defn)
-            for sid in (step_id, *dependents(defn, step_id)):
+            c = _reopen(run, rows, plan)
+            for sid in (step_id, *dependents(plan, step_id)):
                 if rows[sid]["state"] != "waiting":
-                    p.stop(rows[sid])
-                    p.steps[sid] = _reset(rows[sid])
-            return p
+                    let_go.stop(rows[sid])
+                    c.steps[sid] = _reset(rows[sid])
+            return c
 
-        return await self._act(run_id, step_id, "rerun", audit, plan=plan)
+        return await self._act(run_id, step_id, "rerun", audit, decide=decide)
 
     async def skip(self, run_id: str, step_id: str, audit: Audit) -> dict[str, Any]:
         now = self.runs.clock.now()
 
-        def plan(run: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]], defn: WorkflowDefinition) -> _Plan:
+        def decide(run: Mapping[str, Any], rows: Rows, plan: RunPlan, _: _LetGo) -> ActionChanges:
             _require_run(run, ("running", "paused", "failed"), "skip a step of")
             _require_step(rows[step_id], ("waiting", "failed"), "skip")
-            p = _reopen(run, rows, defn, after=step_id)
-            p.steps[step_id] = {"state": "skipped", "override": "skipped", "output": None, "finished_at": now,
+            c = _reopen(run, rows, plan, after=step_id)
+            c.steps[step_id] = {"state": "skipped", "override": "skipped", "output": None, "finished_at": now,
                                 "error": {"code": "operator_skipped"}}
-            return p
+            return c
 
-        return await self._act(run_id, step_id, "skip", audit, plan=plan)
+        return await self._act(run_id, step_id, "skip", audit, decide=decide)
 
     async def mark_succeeded(self, run_id: str, step_id: str, audit: Audit, *, output: Any = None) -> dict[str, Any]:
         now = self.runs.clock.now()
 
-        def plan(run: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]], defn: WorkflowDefinition) -> _Plan:
+        def decide(run: Mapping[str, Any], rows: Rows, plan: RunPlan, let_go: _LetGo) -> ActionChanges:
             _require_run(run, ("running", "paused", "failed"), "mark a step succeeded in")
             row = rows[step_id]
             _require_step(row, ("waiting", "running", "failed", "skipped", "cancelled"), "mark succeeded")
-            p = _reopen(run, rows, defn, after=step_id)
-            p.stop(row)
-            p.steps[step_id] = {"state": "succeeded", "override": "mark_succeeded", "output": output, "error": None,
+            c = _reopen(run, rows, plan, after=step_id)
+            let_go.stop(row)
+            for member in plan.inside.get(step_id, ()):  # a loop ends: what its body still runs is stopped
+                if rows[member]["state"] == "running":
+                    let_go.stop(rows[member])
+                    c.steps[member] = {"state": "cancelled", "finished_at": now, "error": {"code": "loop_ended"}}
+            c.steps[step_id] = {"state": "succeeded", "override": "mark_succeeded", "output": output, "error": None,
                                 "started_at": row["started_at"] or now, "finished_at": now}
-            return p
+            return c
 
-        return await self._act(run_id, step_id, "mark_succeeded", audit, plan=plan)
+        return await self._act(run_id, step_id, "mark_succeeded", audit, decide=decide)
 
     # ------------------------------------------------------------------ reading
 
     async def history(self, run_id: str) -> list[dict[str, Any]]:
         """The run's audited actions, oldest first."""
-        async with self.runs.engine.connect() as conn:
-            rows = (await conn.execute(select(workflow_run_actions).where(_actions.run_id == run_id)
-                                       .order_by(_actions.id))).mappings().all()
-        return [{k: v for k, v in r.items() if k != "run_id"} for r in rows]
+        return await run_store.actions_of(self.runs.engine, run_id)
 
     async def view(self, run_id: str) -> dict[str, Any]:
         """The run as :meth:`RunService.get` shows it, with its audited ``actions``."""
@@ -209,67 +215,55 @@ class RunActions:
     # ------------------------------------------------------------------ the one writer
 
     async def _act(self, run_id: str, step_id: str | None, action: str, audit: Audit, *,
-                   plan: _Planner) -> dict[str, Any]:
+                   decide: Callable[[Mapping[str, Any], Rows, RunPlan, _LetGo], ActionChanges]) -> dict[str, Any]:
         audit.check()
         head = await self.runs.get(run_id)  # 404, and the definition version (immutable) to plan against
-        defn = WorkflowDefinition.model_validate(
-            (await self.runs.definitions.get(head["workflow"], head["version"]))["spec"])
-        if step_id is not None and step_id not in {s.id for s in defn.steps}:
+        plan = await self.runs.plan_of(head["workflow"], head["version"])
+        if step_id is not None and step_id not in plan.steps:
             raise HearthError("workflow_step_not_found", f"Run `{run_id}` has no step `{step_id}`.", param="step_id")
-        now = self.runs.clock.now()
-        async with write_transaction(self.runs.engine) as conn:
-            locked = select(workflow_runs).where(_runs.id == run_id).with_for_update()
-            run = dict((await conn.execute(locked)).mappings().one())
-            rows = {r["step_id"]: dict(r) for r in (await conn.execute(
-                select(workflow_steps).where(_steps.run_id == run_id))).mappings()}
-            decided = plan(run, rows, defn)
-            await _write_steps(conn, run_id, rows, decided.steps)
-            await conn.execute(update(workflow_runs).where(_runs.id == run_id).values(
-                **decided.run, epoch=run["epoch"] + 1, updated_at=now))
-            before = {"run": {"state": run["state"], "epoch": run["epoch"]},
-                      "steps": {sid: {k: rows[sid][k] for k in _AUDITED} for sid in decided.steps}}
-            after = {"run": {"state": decided.run.get("state", run["state"]), "epoch": run["epoch"] + 1},
-                     "steps": {sid: {k: v.get(k, rows[sid][k]) for k in _AUDITED} for sid, v in decided.steps.items()}}
-            await conn.execute(workflow_run_actions.insert().values(
-                run_id=run_id, step_id=step_id, action=action, operator=audit.operator, reason=audit.reason, at=now,
-                before=before, after=after))
-        await self._let_go(decided.cancel_tasks, decided.withdraw_reviews, audit)
-        if after["run"]["state"] == "running":
+        let_go = _LetGo()
+        done = await run_store.act(self.runs.engine, run_id, lambda run, rows: decide(run, rows, plan, let_go),
+                                   step_id=step_id, action=action, operator=audit.operator, reason=audit.reason,
+                                   now=self.runs.clock.now())
+        await self._let_go(let_go, audit)
+        state = done["after"]["run"]["state"]
+        if state == "running":
             await self.runs.advance(run_id)
+        elif state == "terminated" and head["parent"]:
+            await self.runs.advance(head["parent"]["run_id"])  # its sub-workflow step fails now, not at the next pass
         return await self.view(run_id)
 
-    async def _let_go(self, task_ids: Sequence[str], review_ids: Sequence[str], audit: Audit) -> None:
-        for task_id in task_ids:
+    async def _let_go(self, let_go: _LetGo, audit: Audit) -> None:
+        for task_id in let_go.tasks:
             with contextlib.suppress(HearthError):  # it ended meanwhile: nothing to cancel, its result unused
                 await self.runs.tasks.cancel(task_id, caller=None)
-        for review_id in review_ids:
+        for review_id in let_go.reviews:
             await self.runs.reviews.withdraw(review_id, operator=audit.operator, reason=audit.reason)
+        for child in let_go.runs:
+            await self.runs.stop_run(child)
 
 
-async def _write_steps(conn: AsyncConnection, run_id: str, rows: Mapping[str, Mapping[str, Any]],
-                       changes: Mapping[str, dict[str, Any]]) -> None:
-    """Each a compare-and-set on what was read; under the run's lock none can miss (else: a bug, rolled back)."""
-    for sid, values in changes.items():
-        moved = await conn.execute(update(workflow_steps).where(
-            _steps.run_id == run_id, _steps.step_id == sid, _steps.state == rows[sid]["state"],
-            _steps.generation == rows[sid]["generation"]).values(**values))
-        if moved.rowcount != 1:
-            raise HearthError("conflict", f"Step `{sid}` changed during the action; nothing was written.")
-
-
-def _reopen(run: Mapping[str, Any], rows: Mapping[str, Mapping[str, Any]], defn: WorkflowDefinition, *,
-            after: str | None = None) -> _Plan:
+def _reopen(run: Mapping[str, Any], rows: Rows, plan: RunPlan, *, after: str | None = None) -> ActionChanges:
     """A failed or succeeded run goes back to ``running``; what ended only because of a failure — everywhere when
-    reopening, else among the steps after ``after`` — is put back to ``waiting`` to be decided again."""
-    p = _Plan()
+    reopening, else among the steps after ``after`` — is put back to ``waiting`` to be decided again (a step of a
+    loop's body only while its loop goes on); a loop cancelled mid-iteration goes on with that iteration."""
+    c = ActionChanges()
     reopening = run["state"] in ("failed", "succeeded")
     if reopening:
-        p.run = {"state": "running", "finished_at": None, "error": None}
-    scope = [s.id for s in defn.steps] if reopening else dependents(defn, after) if after else []
+        c.run = {"state": "running", "finished_at": None, "error": None, "output": None}
+    scope = list(plan.order) if reopening else dependents(plan, after) if after else []
     for sid in scope:
-        if sid != after and _ended_by_failure(rows[sid]):
-            p.steps[sid] = _reset(rows[sid])
-    return p
+        row = rows[sid]
+        if sid == after or not _ended_by_failure(row):
+            continue
+        loop = plan.loop_of.get(sid)
+        if loop is not None and rows[loop]["state"] != "running" and not _ended_by_failure(rows[loop]):
+            continue
+        if sid in plan.inside and row["state"] == "cancelled" and row["detail"]:
+            c.steps[sid] = {"state": "running", "finished_at": None, "error": None}
+        else:
+            c.steps[sid] = _reset(row)
+    return c
 
 
 def _require_run(run: Mapping[str, Any], allowed: tuple[str, ...], what: str) -> None:

@@ -8,9 +8,9 @@ reader that reconnects gets a ``snapshot`` of everything first, from which nothi
 
 * ``snapshot`` — the run as ``GET /runs/{id}`` shows it (first on every connection);
 * ``action`` — an operator action appended to the run's audit (who, why, before and after);
-* ``step`` — a step whose state or generation changed: ``{step_id, state, previous, generation, …}``;
+* ``step`` — a step whose state or round changed: ``{step_id, state, previous, round, …}``;
 * ``run`` — the run's state changed: ``{state, previous, error, finished_at}``; after a terminal one
-  (``succeeded``, ``failed``, ``terminated``) the stream ends.
+  (``succeeded``, ``failed``, ``cancelled``, ``terminated``) the stream ends.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-RUN_TERMINAL = ("succeeded", "failed", "terminated")
-_STEP_FIELDS = ("state", "generation", "override", "task_id", "review_id", "output", "error", "started_at",
+RUN_TERMINAL = ("succeeded", "failed", "cancelled", "terminated")
+_STEP_FIELDS = ("state", "round", "override", "task_id", "review_id", "output", "error", "detail", "started_at",
                 "finished_at")
 
 
@@ -46,7 +46,7 @@ def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[RunEven
     old = {s["step_id"]: s for s in before["steps"]}
     for s in after["steps"]:
         prev = old.get(s["step_id"])
-        if prev is None or (prev["state"], prev["generation"]) != (s["state"], s["generation"]):
+        if prev is None or (prev["state"], prev["round"]) != (s["state"], s["round"]):
             events.append(RunEvent("step", {"step_id": s["step_id"], "previous": prev and prev["state"],
                                             **{k: s.get(k) for k in _STEP_FIELDS}}))
     if before["state"] != after["state"]:
