@@ -25,7 +25,8 @@ OPS = Audit(operator="ops-bob", reason="race drill")
 
 
 class HeldTasks(TaskService):
-    """A task service whose ``get`` of one task, or whose next ``submit``, stops until released."""
+    """A task service whose read of one task (a pass reads its tasks with ``get_many``), or whose next
+    ``submit``, stops until released."""
 
     hold_get: str | None = None
     hold_submit: bool = False
@@ -36,13 +37,13 @@ class HeldTasks(TaskService):
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def get(self, task_id: str, *, caller: str | None) -> Any:
-        row = await super().get(task_id, caller=caller)
-        if task_id == self.hold_get:
+    async def get_many(self, task_ids: Any) -> dict[str, Any]:
+        rows = await super().get_many(task_ids)
+        if self.hold_get in task_ids:
             self.hold_get = None
             self.reached.set()
             await self.release.wait()
-        return row
+        return rows
 
     async def submit(self, subs: Any) -> list[tuple[Any, bool]]:
         made = await super().submit(subs)
@@ -132,13 +133,13 @@ async def test_a_task_submitted_by_a_pass_overtaken_by_terminate_is_cancelled(ac
     stale, held = held_pass(engine)
     held.hold_submit = True
     passing = asyncio.create_task(stale.advance(run_id))
-    await held.reached.wait()  # b's task exists; the move that records it has not happened
+    await held.reached.wait()  # b's task exists; the write that records a's end and b's start has not happened
     orphan = (await task_keys(engine, run_id))[f"wf:{run_id}:b"]
     view = await actions.terminate(run_id, OPS)
     held.release.set()
     await passing
     assert view["state"] == "terminated"
-    assert states(await runs.get(run_id)) == {"a": "succeeded", "b": "cancelled"}
+    assert states(await runs.get(run_id)) == {"a": "cancelled", "b": "cancelled"}  # the pass wrote nothing
     assert step(await runs.get(run_id), "b")["task_id"] is None
     task = await runs.tasks.get(orphan, caller=None)
     assert task["state"] == "killed" or task["cancel_requested"]  # nothing runs for a terminated run
@@ -185,11 +186,11 @@ async def test_actions_mixed_with_passes_from_three_connections_leave_consistent
             await e.dispose()
     assert view["state"] == "succeeded" and set(states(view).values()) == {"succeeded"}
     keys = await task_keys(runs.engine, run_id)
-    for row in view["steps"][:-1]:  # each step's checkpoint is the result of its newest generation's one task
-        key = f"wf:{run_id}:{row['step_id']}" + (f":{row['generation']}" if row["generation"] else "")
+    for row in view["steps"][:-1]:  # each step's checkpoint is the result of its newest round's one task
+        key = f"wf:{run_id}:{row['step_id']}" + (f":{row['round']}" if row["round"] else "")
         assert row["task_id"] == keys[key]
         assert row["output"] == (await runs.tasks.get(row["task_id"], caller=None))["result"]
-        assert all(int(k.rsplit(":", 1)[1]) <= row["generation"] for k in keys
+        assert all(int(k.rsplit(":", 1)[1]) <= row["round"] for k in keys
                    if k.startswith(f"wf:{run_id}:{row['step_id']}:"))
     assert reruns >= 1
     audit = (await actions.view(run_id))["actions"]
