@@ -8,6 +8,7 @@ A pass is held between its read and its write by a task service that waits on an
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.errors import HearthError
 from hearth.store.db import create_engine
 from hearth.tasks.service import TaskService
+from hearth.testing.fake_clock import FakeClock
+from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.run_actions import Audit, RunActions
 from hearth.workflows.runs import RunService
 from tests.workflows.run_support import finished, register, run_service, states, step, task_keys, until, worker
@@ -202,3 +205,46 @@ async def test_actions_mixed_with_passes_from_three_connections_leave_consistent
 async def _signable(runs: RunService, run_id: str) -> str | None:
     row = step(await runs.get(run_id), "sign")
     return str(row["review_id"]) if row["state"] == "running" else None
+
+
+class HeldDefinitions(DefinitionStore):
+    """A definition store whose next ``get`` — a fresh pass's first, after it read the run's rows — stops."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def get(self, name: str, version: int | None = None) -> Any:
+        found = await super().get(name, version)
+        if not self.reached.is_set():
+            self.reached.set()
+            await self.release.wait()
+        return found
+
+
+async def test_a_pass_that_read_before_a_rerun_cannot_end_the_run_on_the_old_checkpoint(
+        actions: RunActions, engine: AsyncEngine) -> None:
+    """The rerun touches no row the pass writes (only the epoch tells them apart): the pass, its clock two hours
+    on, sees the timer due and every step ended, and would end the run ``succeeded`` while the rerun step runs."""
+    runs = actions.runs
+    await register(runs, [{"id": "fetch", "kind": "task", "task_type": "test.echo", "input": {}},
+                          {"id": "timer", "kind": "wait", "seconds": 3600}])
+    run_id = str((await runs.start("wf", caller="app", run_input={}))["id"])
+    await until(lambda: _step_is(runs, run_id, "fetch", "succeeded"), what="fetch to succeed")
+    held = HeldDefinitions(engine)
+    stale = RunService(engine, held, runs.tasks, runs.reviews, clock=FakeClock(time.time() + 7200))
+    passing = asyncio.create_task(stale.advance(run_id))
+    await held.reached.wait()  # the pass has read fetch succeeded, timer running
+    view = await actions.rerun(run_id, "fetch", OPS)
+    assert step(view, "fetch")["round"] == 1 and step(view, "fetch")["state"] in ("running", "succeeded")
+    held.release.set()
+    await passing
+    after = await runs.get(run_id)
+    assert after["state"] == "running" and step(after, "timer")["state"] == "running"  # the pass wrote nothing
+    await actions.terminate(run_id, OPS)
+
+
+async def _step_is(runs: RunService, run_id: str, step_id: str, state: str) -> bool:
+    await runs.advance(run_id)
+    return bool(step(await runs.get(run_id), step_id)["state"] == state)

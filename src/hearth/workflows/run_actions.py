@@ -26,8 +26,9 @@ What each action means:
 * **rerun** a step (not ``waiting``): the step and every step after it, transitively, along every edge
   (``needs``, a condition's ``then``/``else``, ``on_error``, ``on_timeout``, and a loop's body: a step of a
   body reruns its loop, and a loop its whole body, from the first iteration) go back to ``waiting`` with their
-  ``round`` moved on — as a loop iteration does — so they run afresh (new tasks, review items, child runs);
-  their old checkpoints stay in this audit, unused. A finished run (``succeeded`` or ``failed``) is reopened.
+  ``round`` moved on — as a loop iteration does; waiting ones too, so no work a pass started for one from the
+  old checkpoints is ever adopted — and run afresh (new tasks, review items, child runs); their old
+  checkpoints stay in this audit, unused. A finished run (``succeeded`` or ``failed``) is reopened.
 * **skip** a ``waiting`` or ``failed`` step: it ends ``skipped`` (``override: skipped``) and the steps after it
   see it as skipped by their join rules — under an AND join they are skipped too; an OR join waits for another
   branch.
@@ -162,10 +163,9 @@ class RunActions:
             _require_run(run, ("running", "paused", "succeeded", "failed"), "rerun a step of")
             _require_step(rows[step_id], ("running", "succeeded", "failed", "skipped", "cancelled"), "rerun")
             c = _reopen(run, rows, plan)
-            for sid in (step_id, *dependents(plan, step_id)):
-                if rows[sid]["state"] != "waiting":
-                    let_go.stop(rows[sid])
-                    c.steps[sid] = _reset(rows[sid])
+            for sid in (step_id, *dependents(plan, step_id)):  # waiting ones too: a pass that read the old
+                let_go.stop(rows[sid])                           # checkpoint may have started one under its key
+                c.steps[sid] = _reset(rows[sid])
             return c
 
         return await self._act(run_id, step_id, "rerun", audit, decide=decide)
