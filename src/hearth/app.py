@@ -29,6 +29,7 @@ from hearth.api import (
     reviews,
     schedules,
     tasks,
+    workflow_runs,
     workflows,
 )
 from hearth.api.direct_routes import DirectRoutes
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dead_letters.router)
     app.include_router(schedules.router)
     app.include_router(reviews.router)
+    app.include_router(workflow_runs.router)  # before workflows.router: its /{name} routes would claim /runs
     app.include_router(workflows.router)
     return app
 

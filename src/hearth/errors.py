@@ -108,6 +108,14 @@ CATALOG: dict[str, ErrorSpec] = {
                                    "The URL is not allowed for an outbound call."),
     "http_call_rejected": ErrorSpec(422, False, "invalid_request_error",
                                     "The receiving system refused the request."),
+    # operator actions on workflow runs (issue 11)
+    "operator_reason_required": ErrorSpec(400, False, "invalid_request_error",
+                                          "An operator action needs a non-empty `operator` and `reason`."),
+    "workflow_step_not_found": ErrorSpec(404, False, "invalid_request_error", "The run has no such step."),
+    "workflow_run_state_conflict": ErrorSpec(409, False, "invalid_request_error",
+                                             "The run's state does not allow this action."),
+    "workflow_step_state_conflict": ErrorSpec(409, False, "invalid_request_error",
+                                              "The step's state does not allow this action."),
     # the human review queue (issue 11)
     "review_not_found": ErrorSpec(404, False, "invalid_request_error", "The review item does not exist."),
     "review_claimed": ErrorSpec(409, False, "invalid_request_error", "Another reviewer holds this review item."),

@@ -3,8 +3,8 @@
 A registration is validated in full before anything is stored — a 400 names the path at fault
 (``details.param``, e.g. ``steps[2].needs[0]``) — and an unchanged definition registered again answers
 its existing version (``created: false``). A run executes a version as tasks and review items
-(:mod:`hearth.workflows.runs`); ``GET /runs/{id}`` shows every step's state, task or review, output and timings;
-``POST /runs/{id}/signals`` delivers an external event to the run's ``wait`` step.
+(:mod:`hearth.workflows.runs`); ``POST /runs/{id}/signals`` delivers an external event to the run's ``wait``
+step; reading, following and acting on a run is :mod:`hearth.api.workflow_runs`.
 """
 
 from __future__ import annotations
@@ -74,11 +74,6 @@ async def signal_run(run_id: str, request: Request) -> Response:
     body = parse_model(SignalCreate, await read_json_object(request), "signal")
     signal = await runtime(request).runs.signal(run_id, event=body.event, payload=body.payload)
     return ok(request, signal, status=202)
-
-
-@router.get("/runs/{run_id}", summary="A run: its state and every step's state, task or review, output and timings")
-async def get_run(run_id: str, request: Request) -> Response:
-    return ok(request, await runtime(request).runs.get(run_id))
 
 
 @router.post("/{name}/runs", summary="Start a run of a workflow (the newest version, or `version`)",

@@ -534,13 +534,14 @@ workflow_runs = Table(
     Column("version", Integer, nullable=False),
     Column("caller", String(128), nullable=False),  # whose tasks its steps are
     Column("input", JSON, nullable=False),
-    Column("state", String(16), nullable=False),  # running | succeeded | failed | cancelled
+    Column("state", String(16), nullable=False),  # running | paused | succeeded | failed | cancelled | terminated
     Column("error", JSON, nullable=True),  # {step, code, message} of the step that failed the run
     Column("output", JSON, nullable=True),  # succeeded: {step id: output} of its final steps
     Column("parent", JSON, nullable=True),  # a sub-workflow's run: {run_id, step, depth} of the step that started it
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
+    Column("epoch", Integer, nullable=False, server_default="0"),  # bumped by each operator action: a pass's fence
 )
 Index("ix_workflow_runs_state", workflow_runs.c.state, workflow_runs.c.updated_at)
 
@@ -556,7 +557,8 @@ workflow_steps = Table(
     Column("started_at", Float, nullable=True),
     Column("finished_at", Float, nullable=True),
     Column("detail", JSON, nullable=True),  # per kind: a wait's due time, fan-out items, child run, loop iteration
-    Column("round", Integer, nullable=False, default=0, server_default="0"),  # times a loop reset it (idempotency keys)
+    Column("round", Integer, nullable=False, default=0, server_default="0"),  # moved on by loops and reruns (keys)
+    Column("override", String(16), nullable=True),  # skipped | mark_succeeded: an operator, not the engine, ended it
 )
 
 # owner: hearth.workflows.run_store — external events sent to a run, kept until a wait step takes them
@@ -571,3 +573,18 @@ workflow_signals = Table(
     Column("consumed_at", Float, nullable=True),
 )
 Index("ix_workflow_signals_run", workflow_signals.c.run_id, workflow_signals.c.event)
+
+# owner: hearth.workflows.run_store — the audit of operator actions on runs: who, why, when, before and after
+workflow_run_actions = Table(
+    "workflow_run_actions", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("run_id", String(40), nullable=False),
+    Column("step_id", String(128), nullable=True),  # None: an action on the whole run
+    Column("action", String(32), nullable=False),  # pause | resume | terminate | rerun | skip | mark_succeeded
+    Column("operator", String(128), nullable=False),
+    Column("reason", String(2000), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("before", JSON, nullable=False),  # {run: {state, epoch}, steps: {id: row}} of what it changed
+    Column("after", JSON, nullable=False),
+)
+Index("ix_workflow_run_actions_run", workflow_run_actions.c.run_id, workflow_run_actions.c.id)

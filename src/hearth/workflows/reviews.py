@@ -12,7 +12,8 @@ satisfy. Waiting is a row: it holds no worker slot and no connection.
 * **A timer never decides.** An item not decided by ``expires_at`` becomes ``expired`` (logged as an
   alert, and — with ``escalation_url`` — an escalation owed in the same transaction, delivered by
   :mod:`hearth.workflows.review_escalations`); a decision after that is 409 ``review_expired``. Nothing
-  here ever approves on its own.
+  here ever approves on its own. An item whose subject went away (its workflow run terminated, its step
+  reset by an operator) is *withdrawn*: ``expired`` too, never approved.
 
 Every action is appended to the item's ``history`` with who, why and when. This module owns ``review_items``.
 """
@@ -190,6 +191,15 @@ class ReviewService:
                 expired += 1
                 log.warning("review_expired", review_id=item_id, alert=True)
         return expired
+
+    async def withdraw(self, item_id: str, *, operator: str, reason: str) -> bool:
+        """Take back an open item whose subject went away: it ends ``expired`` — never approved — with
+        ``withdrawn`` in its history (no escalation: nobody owes the decision any more). False if it was no
+        longer open."""
+        now = self.clock.now()
+        where = and_(_c.id == item_id, _c.state.in_(OPEN))
+        return await self._move(item_id, where, {"state": "expired", "claim_until": None},
+                                {"action": "withdrawn", "reviewer": operator, "reason": reason, "at": now})
 
     # ------------------------------------------------------------------ the one writer of an item's state
 

@@ -51,6 +51,7 @@ class Pass:
     changes: Changes = field(default_factory=Changes)
     after: AfterCommit = field(default_factory=AfterCommit)
     _read: dict[str, tuple[str, int]] = field(default_factory=dict)  # step → (state, round) as read
+    started: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)  # (step, round, values) begun
 
     def set(self, step_id: str, **values: Any) -> None:
         row = self.rows[step_id]
@@ -58,6 +59,9 @@ class Pass:
         row.update(values)
 
     def start(self, step_id: str, **values: Any) -> bool:
+        """The step runs; what it runs (``task_id``, ``review_id``, ``detail``) is also kept in :attr:`started`,
+        for the run service to let go of if the pass's write loses and nothing will adopt it."""
+        self.started.append((step_id, self.rows[step_id]["round"], values))
         self.set(step_id, state="running", started_at=self.now, **values)
         return True
 

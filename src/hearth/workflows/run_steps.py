@@ -213,7 +213,7 @@ class RunSteps:
             run = p.children.get(run_id)
             state = run["state"] if run is not None else "running"
             error = {"code": "subworkflow_failed", "run_id": run_id, "error": run["error"]} if run else None
-            outcomes.append(("failed" if state in ("failed", "cancelled") else state,
+            outcomes.append(("failed" if state in ("failed", "cancelled", "terminated") else state,
                              run["output"] if run else None, error))
         failed = next((i for i, o in enumerate(outcomes) if o[0] == "failed"), None)
         if failed is not None:

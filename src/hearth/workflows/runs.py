@@ -9,6 +9,13 @@ tasks, review items, child runs and signals in a few queries and writes each run
 compare-and-set transaction (:mod:`hearth.workflows.run_pass`, :mod:`hearth.workflows.run_store`); passes in
 several processes at once start each step's work once (:mod:`hearth.workflows.run_steps` keys it).
 
+Operators act on runs through :mod:`hearth.workflows.run_actions` (pause, resume, terminate; rerun, skip or
+mark a step succeeded). Each action moves the run's ``epoch`` on, and a pass's write needs the run still
+``running`` at the epoch it read (:func:`hearth.workflows.run_store.apply`): a pass that read the rows before an
+action commits nothing after it. A rerun moves the step's ``round`` on, as a loop iteration does, so its work is
+keyed anew. What a pass that lost its write had started and nothing will adopt is let go of
+(:meth:`RunService._drop_unadopted`).
+
 When a step is ready and how a run ends: :mod:`hearth.workflows.run_plan`, :mod:`hearth.workflows.run_pass`.
 **Signals** (:meth:`RunService.signal`) are stored: a wait step takes the oldest one of its event, whether it
 was sent before the step began waiting or after. A signal is refused (409 ``workflow_signal_unexpected``) when
@@ -84,8 +91,8 @@ class RunService:
         waits = {sid for sid, s in plan.steps.items() if isinstance(s, WaitStep) and s.event == event}
         open_waits = [s for s in run["steps"] if s["step_id"] in waits and s["state"] in ("waiting", "running")]
         kept = await run_store.untaken_signals(self.engine, run_id, event)
-        if run["state"] != "running" or len(open_waits) <= kept:
-            reason = ("the run is " + run["state"] if run["state"] != "running" else
+        if run["state"] not in ("running", "paused") or len(open_waits) <= kept:
+            reason = ("the run is " + run["state"] if run["state"] not in ("running", "paused") else
                       f"no wait step of the run is left for event `{event}`" if not open_waits else
                       f"every wait step for event `{event}` already has a signal kept for it")
             raise HearthError("workflow_signal_unexpected", f"No step can take this signal: {reason}.",
@@ -135,9 +142,10 @@ class RunService:
                 await drive(p, steps)
                 changes = p.written()
                 if changes:
-                    await run_store.apply(self.engine, run_id, changes, now=p.now)
-            except run_store.Conflict:
-                continue  # another process moved it first: the next pass decides from what it wrote
+                    await run_store.apply(self.engine, run_id, changes, epoch=run["epoch"], now=p.now)
+            except run_store.Conflict:  # another process or an operator moved it first: the next pass decides
+                await self._drop_unadopted(run_id, p)
+                continue
             except Exception as exc:  # one run's trouble never stops the others
                 log.warning("workflow_run_advance_failed", run_id=run_id, error=type(exc).__name__)
                 continue
@@ -148,11 +156,36 @@ class RunService:
         for task_id in p.after.cancel_tasks:
             await self._cancel_task(task_id)
         for run_id in p.after.stop_runs:
-            await self._stop_run(run_id)
+            await self.stop_run(run_id)
         if p.after.advance_runs and depth < 16:
             await self._advance_many(p.after.advance_runs, depth + 1)
 
-    async def _stop_run(self, run_id: str) -> None:
+    async def _drop_unadopted(self, run_id: str, p: Pass) -> None:
+        """The pass lost its write, but it may have submitted tasks or raised review items already. One that the
+        step now holds — or that a later pass will name again, because the step still waits at the same round in
+        a run that goes on — is kept; nothing will ever adopt the others (an operator reset the step or ended the
+        run, a loop moved on): their tasks are cancelled, their items withdrawn. (Child runs are inserted with
+        the pass's write, so a lost pass leaves none.)"""
+        if not p.started:
+            return
+        loaded = (await run_store.load(self.engine, [run_id])).get(run_id)
+        if loaded is None:
+            return
+        run, rows, _ = loaded
+        for step_id, round_, values in p.started:
+            row = rows[step_id]
+            if run["state"] in ("running", "paused") and row["state"] == "waiting" and row["round"] == round_:
+                continue
+            held = {row["task_id"], row["review_id"], *(row["detail"] or {}).get("tasks", ())}
+            for task_id in [values.get("task_id"), *(values.get("detail") or {}).get("tasks", ())]:
+                if task_id and task_id not in held:
+                    await self._cancel_task(task_id)
+            review_id = values.get("review_id")
+            if review_id and review_id not in held:
+                with contextlib.suppress(HearthError):
+                    await self.reviews.withdraw(review_id, operator="hearth", reason="its workflow step was reset")
+
+    async def stop_run(self, run_id: str) -> None:
         """Cancel a child run whose parent step stopped, and everything it runs, down its own children."""
         running = await run_store.cancel_run(self.engine, run_id, error={"code": "parent_step_stopped"},
                                              now=self.clock.now())
@@ -163,11 +196,15 @@ class RunService:
                     await self._cancel_task(task_id)
             for child in [detail.get("run_id"), *detail.get("runs", ())]:
                 if child:
-                    await self._stop_run(child)
+                    await self.stop_run(child)
 
     async def _cancel_task(self, task_id: str) -> None:
         with contextlib.suppress(HearthError):  # it ended meanwhile: nothing to cancel
             await self.tasks.cancel(task_id, caller=None)
+
+    async def plan_of(self, name: str, version: int) -> RunPlan:
+        """The :class:`RunPlan` of a stored definition version (what operator actions decide against)."""
+        return (await self._plan(name, version))[1]
 
     async def _plan(self, name: str, version: int | None) -> tuple[int, RunPlan]:
         """The definition version (the newest when None) as a :class:`RunPlan`; versions never change, so the
