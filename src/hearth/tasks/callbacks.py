@@ -32,7 +32,6 @@ import orjson
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.auth.signing import signed_headers
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError
@@ -40,6 +39,7 @@ from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import callback_deliveries, tasks
 from hearth.tasks.retry import jittered_backoff_s
+from hearth.tasks.webhook_post import post_json
 
 log = get_logger("hearth.tasks.callbacks")
 
@@ -197,13 +197,7 @@ class CallbackSender:
 
     async def _post(self, url: str, body: bytes, *, delivery_id: int, event: str) -> int:
         target = await self._guard.check_url(url)
-        headers = {"Content-Type": "application/json", "Host": target.host_header,
-                   "X-Hearth-Event": event, "X-Hearth-Delivery": str(delivery_id)}
-        if self._policy.signing_key:
-            headers.update(signed_headers(self._policy.signing_key, "POST", str(target.url), body))
-        timeout = aiohttp.ClientTimeout(total=self._policy.timeout_s)
-        async with self._session.post(target.pinned_url(target.addresses[0]), data=body, headers=headers,
-                                      timeout=timeout, allow_redirects=False,
-                                      server_hostname=target.server_hostname) as resp:
+        async with post_json(self._session, target, body, delivery_id=str(delivery_id), event=event,
+                             signing_key=self._policy.signing_key, timeout_s=self._policy.timeout_s) as resp:
             await resp.read()
             return resp.status

@@ -28,10 +28,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
-from hearth.auth.signing import signed_headers
 from hearth.capabilities.address_guard import AddressGuard, CheckedTarget
 from hearth.errors import HearthError
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes
+from hearth.tasks.webhook_post import post_json
 from hearth.validation import parse_model
 
 __all__ = ["HTTP_POST", "HttpPost", "register_http_tasks"]
@@ -86,16 +86,10 @@ async def post(call: HttpPost, *, guard: AddressGuard, signing_key: str | None, 
     """One POST of ``call``; its outcome as the module's docstring says."""
     target = await _checked(guard, call.url)
     body = orjson.dumps(call.body)
-    headers = {"Content-Type": "application/json", "Host": target.host_header, "X-Hearth-Delivery": delivery_id}
-    if call.event:
-        headers["X-Hearth-Event"] = call.event
-    if signing_key:
-        headers.update(signed_headers(signing_key, "POST", str(target.url), body))
-    timeout = aiohttp.ClientTimeout(total=call.timeout_s)
     try:
-        async with aiohttp.ClientSession() as session, session.post(
-                target.pinned_url(target.addresses[0]), data=body, headers=headers, timeout=timeout,
-                allow_redirects=False, server_hostname=target.server_hostname) as resp:
+        async with aiohttp.ClientSession() as session, post_json(
+                session, target, body, delivery_id=delivery_id, event=call.event, signing_key=signing_key,
+                timeout_s=call.timeout_s) as resp:
             raw = await resp.content.read(_KEPT_TEXT + 1)
             status = resp.status
     except TimeoutError:

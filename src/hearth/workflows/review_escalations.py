@@ -32,7 +32,6 @@ import orjson
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.auth.signing import signed_headers
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError
@@ -41,6 +40,7 @@ from hearth.settings import Settings
 from hearth.store.db import write_transaction
 from hearth.store.tables import review_escalations, review_items
 from hearth.tasks.retry import jittered_backoff_s
+from hearth.tasks.webhook_post import post_json
 
 log = get_logger("hearth.reviews.escalations")
 
@@ -176,13 +176,8 @@ class EscalationSender:
 
     async def _post(self, url: str, body: bytes, *, delivery_id: int) -> int:
         target = await self._guard.check_url(url)
-        headers = {"Content-Type": "application/json", "Host": target.host_header, "X-Hearth-Event": EVENT,
-                   "X-Hearth-Delivery": f"esc-{delivery_id}",
-                   **signed_headers(self._policy.signing_key, "POST", str(target.url), body)}
-        timeout = aiohttp.ClientTimeout(total=self._policy.timeout_s)
-        async with self._session.post(target.pinned_url(target.addresses[0]), data=body, headers=headers,
-                                      timeout=timeout, allow_redirects=False,
-                                      server_hostname=target.server_hostname) as resp:
+        async with post_json(self._session, target, body, delivery_id=f"esc-{delivery_id}", event=EVENT,
+                             signing_key=self._policy.signing_key, timeout_s=self._policy.timeout_s) as resp:
             await resp.read()
             return resp.status
 

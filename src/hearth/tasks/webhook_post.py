@@ -1,0 +1,40 @@
+"""One signed JSON POST to an address-guarded URL: what task callbacks, the ``http_post`` task type and the
+review escalation webhook send.
+
+The guard has already resolved and checked the URL (:class:`~hearth.capabilities.address_guard.CheckedTarget`);
+the request goes to the address it checked (pinned, so a DNS answer that changes between the check and the
+connection cannot redirect it), with the original ``Host`` and TLS server name, never following redirects.
+The receiver verifies ``X-Hearth-Signature`` over the original URL (docs/signing.md) and deduplicates by
+``X-Hearth-Delivery``, which a retry of the same delivery repeats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from hearth.auth.signing import signed_headers
+from hearth.capabilities.address_guard import CheckedTarget
+
+__all__ = ["post_json"]
+
+
+@contextlib.asynccontextmanager
+async def post_json(session: aiohttp.ClientSession, target: CheckedTarget, body: bytes, *, delivery_id: str,
+                    event: str | None, signing_key: str | None, timeout_s: float
+                    ) -> AsyncIterator[aiohttp.ClientResponse]:
+    """POST ``body`` (JSON) to ``target``; the response, open for the ``async with`` block.
+
+    Signed when ``signing_key`` is set. Network failures and the timeout raise as aiohttp does
+    (``aiohttp.ClientError``, ``TimeoutError``); the caller decides what each means for its retries."""
+    headers = {"Content-Type": "application/json", "Host": target.host_header, "X-Hearth-Delivery": delivery_id}
+    if event:
+        headers["X-Hearth-Event"] = event
+    if signing_key:
+        headers.update(signed_headers(signing_key, "POST", str(target.url), body))
+    async with session.post(target.pinned_url(target.addresses[0]), data=body, headers=headers,
+                            timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False,
+                            server_hostname=target.server_hostname) as resp:
+        yield resp
