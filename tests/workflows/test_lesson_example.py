@@ -331,8 +331,6 @@ async def test_an_unreachable_analytics_service_degrades_to_recommending_on_the_
     assert lesson.fake.stats.requests == 3 and lesson.systems.analysed == []
 
 
-@pytest.mark.xfail(strict=True, reason="engine gap (run_steps.py, not this branch's to change): a failed task step's "
-                   "error is {code} only; the task's message stays on the task, so the run's error cannot say why")
 async def test_the_runs_error_says_why_no_generation_passed(lesson: Lesson) -> None:
     lesson.fake.script(RECOMMENDED, *generation(0.1), *generation(0.2), *generation(0.3), *generation(0.4))
     view = await settle(lesson.runs, await lesson.start(), within_s=30)

@@ -208,7 +208,7 @@ class RunSteps:
             elif task["state"] in ("succeeded", "mark_succeeded"):
                 outcomes.append(("succeeded", task["result"], None))
             else:
-                outcomes.append(("failed", None, {"code": task["error_code"] or "task_failed", "task_id": task_id}))
+                outcomes.append(("failed", None, {**_task_error(task), "task_id": task_id}))
         for run_id in run_ids if task_ids is None else ():
             run = p.children.get(run_id)
             state = run["state"] if run is not None else "running"
@@ -262,7 +262,15 @@ class RunSteps:
 def _end_as_task(p: Pass, step_id: str, task: Mapping[str, Any]) -> bool:
     if task["state"] in ("succeeded", "mark_succeeded"):
         return p.end(step_id, "succeeded", output=task["result"])
-    return p.fail(step_id, task["error_code"] or "task_failed")
+    error = _task_error(task)
+    return p.fail(step_id, error["code"], error.get("message"))
+
+
+def _task_error(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A failed task's code and, when it has one, its message: the run's error then says why, not only what."""
+    stored = task["error"] if isinstance(task["error"], dict) else {}
+    message = stored.get("message")
+    return {"code": task["error_code"] or "task_failed", **({"message": message} if message else {})}
 
 
 def _limit(step: Step) -> float | None:
