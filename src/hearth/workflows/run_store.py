@@ -201,12 +201,14 @@ Decide = Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], ActionCh
 
 async def act(engine: AsyncEngine, run_id: str, decide: Decide, *, step_id: str | None, action: str,
               operator: str, reason: str, now: float) -> dict[str, Any]:
-    """One operator action in one transaction: lock the run row (``SELECT … FOR UPDATE``; on SQLite the write
-    lane), read its steps, ``decide`` (which may raise: nothing is written), write the steps — each a
-    compare-and-set on what was read —, the run with ``epoch`` + 1, and the audit row. The audit row returned."""
+    """One operator action in one transaction: lock the run row by writing it first (its ``epoch`` + 1 — on
+    PostgreSQL the row lock; on SQLite the database's write lock, which a ``SELECT … FOR UPDATE`` would not
+    take: the driver begins a transaction only at the first write, so another process could commit between
+    the read and the write), read its steps, ``decide`` (which may raise: nothing is written), write the steps
+    — each a compare-and-set on what was read —, the run, and the audit row. The audit row returned."""
     async with write_transaction(engine) as conn:
-        run = dict((await conn.execute(select(workflow_runs).where(_runs.id == run_id).with_for_update()))
-                   .mappings().one())
+        await conn.execute(update(workflow_runs).where(_runs.id == run_id).values(epoch=_runs.epoch + 1))
+        run = dict((await conn.execute(select(workflow_runs).where(_runs.id == run_id))).mappings().one())
         rows = {r["step_id"]: dict(r) for r in (await conn.execute(
             select(workflow_steps).where(_steps.run_id == run_id))).mappings()}
         decided = decide(run, rows)
@@ -216,12 +218,11 @@ async def act(engine: AsyncEngine, run_id: str, decide: Decide, *, step_id: str 
                 _steps.round == rows[sid]["round"]).values(**values))
             if moved.rowcount != 1:  # under the run's lock nothing else moves its steps: a bug, rolled back
                 raise RuntimeError(f"step {sid} of run {run_id} changed under the run's lock")
-        epoch = run["epoch"] + 1
-        await conn.execute(update(workflow_runs).where(_runs.id == run_id).values(
-            **decided.run, epoch=epoch, updated_at=now))
+        epoch = run["epoch"]  # already moved on by the lock
+        await conn.execute(update(workflow_runs).where(_runs.id == run_id).values(**decided.run, updated_at=now))
         audit = {
             "run_id": run_id, "step_id": step_id, "action": action, "operator": operator, "reason": reason, "at": now,
-            "before": {"run": {"state": run["state"], "epoch": run["epoch"]},
+            "before": {"run": {"state": run["state"], "epoch": epoch - 1},
                        "steps": {sid: {k: rows[sid][k] for k in AUDITED} for sid in decided.steps}},
             "after": {"run": {"state": decided.run.get("state", run["state"]), "epoch": epoch},
                       "steps": {sid: {k: v.get(k, rows[sid][k]) for k in AUDITED}
