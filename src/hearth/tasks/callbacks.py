@@ -39,7 +39,7 @@ from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import callback_deliveries, tasks
 from hearth.tasks.retry import jittered_backoff_s
-from hearth.tasks.webhook_post import post_json
+from hearth.tasks.webhook_post import delivery_outcome, post_json
 
 log = get_logger("hearth.tasks.callbacks")
 
@@ -181,16 +181,10 @@ class CallbackSender:
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 error = type(exc).__name__
         attempts = int(row["attempts"]) + 1
-        now = self._clock.now()
-        values: dict[str, Any] = {"attempts": attempts, "last_status": status, "last_error": error,
-                                  "lease_until": None}
-        if status is not None and 200 <= status < 300:
-            values.update(state="delivered", delivered_at=now)
-        elif attempts >= self._policy.max_attempts:
-            values.update(state="gave_up")
+        values = delivery_outcome(attempts=attempts, status=status, error=error, now=self._clock.now(),
+                                  max_attempts=self._policy.max_attempts, retry_in_s=backoff_s(attempts, self._policy))
+        if values["state"] == "gave_up":
             log.warning("callback_gave_up", task_id=row["task_id"], attempts=attempts, status=status, error=error)
-        else:
-            values.update(state="pending", next_at=now + backoff_s(attempts, self._policy))
         async with write_transaction(self._engine) as conn:
             await conn.execute(update(callback_deliveries).where(
                 callback_deliveries.c.id == row["id"], callback_deliveries.c.state == "delivering").values(**values))

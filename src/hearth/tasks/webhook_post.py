@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 
 from hearth.auth.signing import signed_headers
 from hearth.capabilities.address_guard import CheckedTarget
 
-__all__ = ["post_json"]
+__all__ = ["delivery_outcome", "post_json"]
 
 
 @contextlib.asynccontextmanager
@@ -38,3 +39,17 @@ async def post_json(session: aiohttp.ClientSession, target: CheckedTarget, body:
                             timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False,
                             server_hostname=target.server_hostname) as resp:
         yield resp
+
+
+def delivery_outcome(*, attempts: int, status: int | None, error: str | None, now: float, max_attempts: int,
+                     retry_in_s: float) -> dict[str, Any]:
+    """What a durable delivery's row becomes after its ``attempts``-th POST: ``delivered`` on a 2xx, ``gave_up``
+    once ``max_attempts`` are spent (the row is kept), else ``pending`` again ``retry_in_s`` from ``now``."""
+    values: dict[str, Any] = {"attempts": attempts, "last_status": status, "last_error": error, "lease_until": None}
+    if status is not None and 200 <= status < 300:
+        values.update(state="delivered", delivered_at=now)
+    elif attempts >= max_attempts:
+        values.update(state="gave_up")
+    else:
+        values.update(state="pending", next_at=now + retry_in_s)
+    return values

@@ -40,7 +40,7 @@ from hearth.settings import Settings
 from hearth.store.db import write_transaction
 from hearth.store.tables import review_escalations, review_items
 from hearth.tasks.retry import jittered_backoff_s
-from hearth.tasks.webhook_post import post_json
+from hearth.tasks.webhook_post import delivery_outcome, post_json
 
 log = get_logger("hearth.reviews.escalations")
 
@@ -158,18 +158,12 @@ class EscalationSender:
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 error = type(exc).__name__
         attempts = int(row["attempts"]) + 1
-        now = self._clock.now()
-        values: dict[str, Any] = {"attempts": attempts, "last_status": status, "last_error": error,
-                                  "lease_until": None}
-        if status is not None and 200 <= status < 300:
-            values.update(state="delivered", delivered_at=now)
-        elif attempts >= self._policy.max_attempts:
-            values.update(state="gave_up")
+        values = delivery_outcome(attempts=attempts, status=status, error=error, now=self._clock.now(),
+                                  max_attempts=self._policy.max_attempts, retry_in_s=jittered_backoff_s(
+                                      attempts, base_s=self._policy.base_delay_s, max_s=self._policy.max_delay_s))
+        if values["state"] == "gave_up":
             log.warning("review_escalation_gave_up", review_id=row["review_id"], attempts=attempts, status=status,
                         error=error, alert=True)
-        else:
-            values.update(state="pending", next_at=now + jittered_backoff_s(
-                attempts, base_s=self._policy.base_delay_s, max_s=self._policy.max_delay_s))
         async with write_transaction(self._engine) as conn:
             await conn.execute(update(review_escalations).where(_e.id == row["id"], _e.state == "delivering")
                                .values(**values))
