@@ -3,30 +3,21 @@ a real worker — and signals over HTTP."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.workflows.runs import RunService
 from tests.support import ADMIN
 from tests.workflows.run_support import (
     clock_of,
     register,
-    run_service_with_worker,
     settle,
     start,
     states,
     step,
     step_is,
 )
-
-
-@pytest.fixture
-async def runs(engine: AsyncEngine, database_url: str) -> AsyncIterator[RunService]:
-    async with run_service_with_worker(engine, database_url) as service:
-        yield service
 
 
 @pytest.mark.parametrize("fails", [True, False])

@@ -3,8 +3,6 @@ SQLite and PostgreSQL, with a manual clock and a real worker executing the tasks
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,19 +13,12 @@ from hearth.workflows.runs import RunService
 from tests.workflows.run_support import (
     clock_of,
     register,
-    run_service_with_worker,
     settle,
     start,
     states,
     step,
     step_is,
 )
-
-
-@pytest.fixture
-async def runs(engine: AsyncEngine, database_url: str) -> AsyncIterator[RunService]:
-    async with run_service_with_worker(engine, database_url) as service:
-        yield service
 
 
 async def submitted(engine: AsyncEngine, run_id: str) -> int:
