@@ -65,6 +65,14 @@ class Pass:
         self.set(step_id, state="running", started_at=self.now, **values)
         return True
 
+    def adopt(self, step_id: str, values: dict[str, Any]) -> None:
+        """Fill in what a started step runs, once it is known (its tasks were submitted after it started)."""
+        self.rows[step_id].update(values)
+        for i in range(len(self.started) - 1, -1, -1):
+            if self.started[i][0] == step_id:
+                self.started[i][2].update(values)
+                break
+
     def end(self, step_id: str, state: str, *, output: Any = None, error: Any = None) -> bool:
         """End a step (from waiting or running); always a change."""
         started = self.rows[step_id]["started_at"] or (self.now if state != "skipped" else None)
@@ -85,6 +93,11 @@ class Pass:
         row, detail = self.rows[step_id], self.rows[step_id]["detail"] or {}
         self.after.cancel_tasks += [t for t in [row["task_id"], *detail.get("tasks", ())] if t]
         self.after.stop_runs += [r for r in [detail.get("run_id"), *detail.get("runs", ())] if r]
+
+    @property
+    def changed(self) -> bool:
+        """Whether the pass decided anything to write."""
+        return bool(self._read) or bool(self.changes)
 
     def written(self) -> Changes:
         """The changes, with every row touched as one compare-and-set on the (state, round) read."""

@@ -63,13 +63,50 @@ def _derived_id(prefix: str, key: str) -> str:
     return prefix + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
+def run_of_key(idempotency_key: str | None) -> str | None:
+    """The run whose step submitted a task with this idempotency key (see :func:`_key`), else None."""
+    if not idempotency_key or not idempotency_key.startswith("wf:"):
+        return None
+    return idempotency_key.split(":", 2)[1] or None
+
+
+@dataclass(slots=True)
+class _Pending:
+    p: Pass
+    step_id: str
+    subs: list[Submission]
+    many: bool
+
+
 @dataclass(slots=True)
 class RunSteps:
-    """The :class:`hearth.workflows.run_pass.StepKinds` of the engine: starts and watches every kind."""
+    """The :class:`hearth.workflows.run_pass.StepKinds` of the engine: starts and watches every kind.
+
+    With ``batch`` (a list), a step's tasks are not submitted when it starts: the step is started with its task
+    ids left open, and :meth:`submit_batch` then submits the tasks of every pass in one transaction and fills the
+    ids in — before any pass is written, so a pass never records a task that was not submitted."""
 
     tasks: TaskService
     reviews: ReviewService
     plans: PlanLoader
+    batch: list[_Pending] | None = None
+
+    async def submit_batch(self) -> None:
+        """Submit the tasks the passes asked for in one call; a :class:`HearthError` (one of them refused) leaves
+        the passes with their ids open: they must not be written (the caller passes those runs again, one by
+        one). Keyed, so a batch submitted twice names the same tasks."""
+        pending, self.batch = self.batch or [], []
+        submitted = await self.tasks.submit([s for x in pending for s in x.subs]) if pending else []
+        at = 0
+        for x in pending:
+            ids = [task["id"] for task, _ in submitted[at:at + len(x.subs)]]
+            at += len(x.subs)
+            x.p.adopt(x.step_id, {"detail": {"tasks": ids}} if x.many else {"task_id": ids[0]})
+
+    def drop(self, p: Pass) -> None:
+        """Forget the tasks a pass asked for (the pass failed and will not be written)."""
+        if self.batch:
+            self.batch = [x for x in self.batch if x.p is not p]
 
     async def begin(self, p: Pass, step: Step) -> bool:
         if isinstance(step, JoinStep):
@@ -122,9 +159,15 @@ class RunSteps:
         return await self._spawn(p, step.id, [(template.workflow, template.version, x) for x in inputs], many=True)
 
     async def _submit(self, p: Pass, step_id: str, work: list[tuple[str, Any, str]], *, many: bool = False) -> bool:
+        subs = [Submission(task_type=t, payload=payload, caller=p.run["caller"], idempotency_key=key)
+                for t, payload, key in work]
+        if self.batch is not None:
+            self.batch.append(_Pending(p, step_id, subs, many))
+            if many:  # ids open (None) until submitted: read as tasks still running, never as no tasks at all
+                return p.start(step_id, detail={"tasks": [None] * len(subs)})
+            return p.start(step_id, task_id=None)
         try:
-            submitted = await self.tasks.submit([Submission(task_type=t, payload=payload, caller=p.run["caller"],
-                                                            idempotency_key=key) for t, payload, key in work])
+            submitted = await self.tasks.submit(subs)
         except HearthError as exc:
             if exc.retryable:
                 return False  # a full queue: the next pass tries again

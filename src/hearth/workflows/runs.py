@@ -122,7 +122,12 @@ class RunService:
         """Move one run on as far as it can go now."""
         await self._advance_many([run_id])
 
-    async def _advance_many(self, run_ids: Sequence[str], depth: int = 0) -> None:
+    async def _advance_many(self, run_ids: Sequence[str], depth: int = 0, *, batched: bool = True) -> None:
+        """One pass over each run, in a handful of queries for all of them: read their rows (and their tasks,
+        review items, child runs), drive each pass in memory, submit every task they start in one call
+        (``batched``), write every pass in one transaction (:func:`hearth.workflows.run_store.apply_many`), then do
+        what the written passes asked for. A batch of tasks that is refused (one of them is) sends its runs
+        through a pass of their own each, where the refusal fails only its step."""
         loaded = await run_store.load(self.engine, run_ids)
         running = {rid: v for rid, v in loaded.items() if v[0]["state"] == "running"}
         work = [r for _, rows, _ in running.values() for r in rows.values() if r["state"] == "running"]
@@ -133,32 +138,50 @@ class RunService:
         review_ids = [r["review_id"] for r in work if r["review_id"]]
         reviews = await self.reviews.get_many(review_ids) if review_ids else {}
         children = await run_store.runs_by_id(self.engine, child_ids)
-        steps = RunSteps(self.tasks, self.reviews, self._plan)
+        steps = RunSteps(self.tasks, self.reviews, self._plan, batch=[] if batched and len(running) > 1 else None)
+        passes: list[Pass] = []
         for run_id, (run, rows, signals) in running.items():
+            p: Pass | None = None
             try:
                 _, plan = await self._plan(run["workflow"], run["version"])
                 p = Pass(plan=plan, run=run, rows=rows, signals=signals, tasks=tasks, reviews=reviews,
                          children=children, now=self.clock.now())
                 await drive(p, steps)
-                changes = p.written()
-                if changes:
-                    await run_store.apply(self.engine, run_id, changes, epoch=run["epoch"], now=p.now)
-            except run_store.Conflict:  # another process or an operator moved it first: the next pass decides
-                await self._drop_unadopted(run_id, p)
-                continue
             except Exception as exc:  # one run's trouble never stops the others
+                if p is not None:
+                    steps.drop(p)
                 log.warning("workflow_run_advance_failed", run_id=run_id, error=type(exc).__name__)
                 continue
-            await self._after(p, depth)
+            if p.changed:
+                passes.append(p)
+        if steps.batch:
+            asked = {x.p.run["id"] for x in steps.batch}
+            try:
+                await steps.submit_batch()
+            except HearthError:
+                passes = [p for p in passes if p.run["id"] not in asked]
+                await self._advance_many(sorted(asked), depth, batched=False)
+        await self._write(passes, depth)
 
-    async def _after(self, p: Pass, depth: int) -> None:
-        """What a committed pass asked for: cancel tasks, stop child runs, move new children and a parent on."""
-        for task_id in p.after.cancel_tasks:
-            await self._cancel_task(task_id)
-        for run_id in p.after.stop_runs:
-            await self.stop_run(run_id)
-        if p.after.advance_runs and depth < 16:
-            await self._advance_many(p.after.advance_runs, depth + 1)
+    async def _write(self, passes: Sequence[Pass], depth: int) -> None:
+        writes = [run_store.PassWrite(p.run["id"], p.run["epoch"], p.written()) for p in passes]
+        try:
+            lost = await run_store.apply_many(self.engine, writes, now=self.clock.now())
+        except Exception as exc:  # the database: nothing written; what the passes started is keyed, and adopted
+            log.warning("workflow_run_write_failed", runs=len(writes), error=type(exc).__name__)  # by the next one
+            return
+        woken: list[str] = []
+        for p in passes:
+            if p.run["id"] in lost:  # another process or an operator moved it first: the next pass decides
+                await self._drop_unadopted(p.run["id"], p)
+                continue
+            for task_id in p.after.cancel_tasks:
+                await self._cancel_task(task_id)
+            for run_id in p.after.stop_runs:
+                await self.stop_run(run_id)
+            woken += p.after.advance_runs
+        if woken and depth < 16:  # new child runs, and parents whose child ended
+            await self._advance_many(woken, depth + 1)
 
     async def _drop_unadopted(self, run_id: str, p: Pass) -> None:
         """The pass lost its write, but it may have submitted tasks or raised review items already. One that the
