@@ -60,6 +60,7 @@ from hearth.workflows.definitions import WorkflowDefinition
 from hearth.workflows.file_apply import apply_workflows, check_workflows
 from hearth.workflows.review_escalations import build_sender, checked_escalation_url
 from hearth.workflows.reviews import ReviewService
+from hearth.workflows.run_wakeups import RunWaker
 from hearth.workflows.runs import RunService
 from hearth.workflows.scheduler import Scheduler
 from hearth.workflows.schedules import ScheduleService
@@ -85,6 +86,7 @@ class Runtime:
     workflows: DefinitionStore
     runs: RunService
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
+    run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
@@ -151,6 +153,8 @@ class Runtime:
     async def stop(self) -> None:
         if self.scheduler is not None:  # no new occurrence fires while the rest shuts down
             await self.scheduler.stop()
+        if self.run_waker is not None:
+            await self.run_waker.stop()
         await self.tasks.stop()  # first: running tasks finish (or are handed back) while the gateway still serves
         await self.recovery.stop()
         for task in self._tasks:
@@ -276,6 +280,9 @@ async def start_runtime(settings: Settings) -> Runtime:
         rt._tasks.append(asyncio.create_task(escalations.run(), name="review-escalations"))
     await tasks.start()
     if scheduler is not None:
+        rt.run_waker = RunWaker(runs)
+        tasks.service.wakeups.on_ended(rt.run_waker.tasks_ended)
+        rt.run_waker.start()
         scheduler.start()
     _return_startup_garbage_to_os()
     return rt

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from hearth.observability.logging import get_logger
 from hearth.tasks.queue import CANCEL_CHANNEL, NOTIFY_CHANNEL
@@ -26,6 +26,7 @@ class Wakeups:
     def __init__(self) -> None:
         self._queues: dict[str, list[asyncio.Event]] = {}
         self._cancel_hooks: list[Callable[[str], None]] = []
+        self._ended_hooks: list[Callable[[Sequence[str]], None]] = []
 
     def subscribe(self, queue: str) -> asyncio.Event:
         event = asyncio.Event()
@@ -51,6 +52,15 @@ class Wakeups:
     def cancelled(self, task_id: str) -> None:
         for hook in self._cancel_hooks:
             hook(task_id)
+
+    def on_ended(self, hook: Callable[[Sequence[str]], None]) -> None:
+        """Call ``hook`` with the ids of tasks a worker of this process has just written an end for (terminal,
+        committed) — e.g. for the workflow engine to start a run's next step at once."""
+        self._ended_hooks.append(hook)
+
+    def ended(self, task_ids: Sequence[str]) -> None:
+        for hook in self._ended_hooks:
+            hook(task_ids)
 
 
 def asyncpg_dsn(database_url: str) -> str:

@@ -40,6 +40,7 @@ from hearth.store.db import stop_writer_task, write_transaction
 from hearth.tasks import queue as task_queue
 from hearth.tasks.notify import PgListener, Wakeups
 from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, as_hearth_error, decide
+from hearth.tasks.states import TERMINAL
 from hearth.tasks.terminal import TerminalRules, after_moves, follows_up
 from hearth.tasks.transitions import AttemptEnd, Move, apply, apply_now
 from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRecord, TaskType, TaskTypes
@@ -381,6 +382,9 @@ class _QueueRunner:
             self._arm_progress_timer()
         if any(m.to == "queued" for m in done):
             self.worker.wakeups.poke(self.queue)
+        ended = [m.task_id for m in done if m.to in TERMINAL]
+        if ended:
+            self.worker.wakeups.ended(ended)
 
     def _spawn(self, row: Mapping[Any, Any]) -> None:
         w = self.worker

@@ -75,8 +75,12 @@ async def insert_runs(conn: AsyncConnection, new: Iterable[NewRun], *, now: floa
 
 
 async def create_run(engine: AsyncEngine, new: NewRun, *, now: float) -> None:
+    await create_runs(engine, [new], now=now)
+
+
+async def create_runs(engine: AsyncEngine, new: Sequence[NewRun], *, now: float) -> None:
     async with write_transaction(engine) as conn:
-        await insert_runs(conn, [new], now=now)
+        await insert_runs(conn, new, now=now)
 
 
 async def running_runs(engine: AsyncEngine, *, after: str, limit: int) -> list[str]:

@@ -25,6 +25,7 @@ them already has a signal kept for it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -44,7 +45,7 @@ from hearth.workflows.definitions import WaitStep, WorkflowDefinition
 from hearth.workflows.reviews import ReviewService
 from hearth.workflows.run_pass import Pass, drive
 from hearth.workflows.run_plan import RunPlan
-from hearth.workflows.run_steps import RunSteps
+from hearth.workflows.run_steps import RunSteps, run_of_key
 
 log = get_logger("hearth.workflow_runs")
 
@@ -62,6 +63,7 @@ class RunService:
     clock: Clock = SYSTEM_CLOCK
     _plans: OrderedDict[tuple[str, int], RunPlan] = field(default_factory=OrderedDict)
     _cursor: str = ""  # where the next scheduler pass goes on among the running runs
+    _passing: asyncio.Lock = field(default_factory=asyncio.Lock)  # background passes of this process, one at a time
 
     async def start(self, name: str, *, caller: str, run_input: dict[str, Any],
                     version: int | None = None) -> Mapping[str, Any]:
@@ -112,11 +114,20 @@ class RunService:
         while seen < RUNS_PER_PASS:
             ids = await run_store.running_runs(self.engine, after=self._cursor, limit=_BATCH)
             self._cursor = ids[-1] if len(ids) == _BATCH else ""
-            await self._advance_many(ids)
+            async with self._passing:
+                await self._advance_many(ids)
             seen += len(ids)
             if not self._cursor:
                 break
         return seen
+
+    async def advance_for_tasks(self, task_ids: Sequence[str]) -> None:
+        """Move on the runs whose steps these tasks are (tasks of no run are ignored)."""
+        runs = {run_of_key(t.get("idempotency_key")) for t in (await self.tasks.get_many(task_ids)).values()}
+        run_ids = sorted(r for r in runs if r)
+        if run_ids:
+            async with self._passing:
+                await self._advance_many(run_ids)
 
     async def advance(self, run_id: str) -> None:
         """Move one run on as far as it can go now."""
