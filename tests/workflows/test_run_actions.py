@@ -140,7 +140,9 @@ async def test_skip_ends_a_step_and_the_steps_after_it_follow_their_join_rules(
     runs = actions.runs
     await register(runs, [
         {"id": "broken", "kind": "task", "task_type": "test.record", "input": {"tag": "x", "path": str(tmp_path)}},
-        {"id": "other", "kind": "task", "task_type": "test.echo", "input": {"n": 2}},
+        # "other" ends only on a signal sent after the skip: were it a task, it could end before "broken" fails,
+        # and the OR join would cancel "broken" (lost the race) — the run would succeed with no action at all.
+        {"id": "other", "kind": "wait", "event": "go"},
         {"id": "all", "kind": "task", "task_type": "test.echo", "needs": ["broken", "other"], "input": {}},
         {"id": "any", "kind": "join", "join": "any", "needs": ["broken", "other"]},
     ])
@@ -148,6 +150,7 @@ async def test_skip_ends_a_step_and_the_steps_after_it_follow_their_join_rules(
     assert (await finished(runs, run_id))["state"] == "failed"
     view = await actions.skip(run_id, "broken", OPS)
     assert step(view, "broken")["state"] == "skipped" and step(view, "broken")["override"] == "skipped"
+    await runs.signal(run_id, event="go", payload={"echo": {"n": 2}})
     view = await finished(runs, run_id)
     assert view["state"] == "succeeded"
     assert states(view) == {"broken": "skipped", "other": "succeeded", "all": "skipped", "any": "succeeded"}
