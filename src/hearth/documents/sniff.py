@@ -3,7 +3,8 @@
 A name (``report.pdf``) and a declared type (a multipart part's ``Content-Type``, a server's header) are
 claims anyone can make; the parser that runs later trusts the type recorded here, so it must be what the
 bytes are. Recognised: PDF (``%PDF-`` at the start), PNG (its 8-byte signature), JPEG (``FF D8 FF``) and
-plain text (valid UTF-8, a BOM allowed, without NUL bytes). Anything else is refused with
+plain text (valid UTF-8, a BOM allowed, without NUL bytes or other C0 control characters than tab, line
+and page breaks — binary formats such as ZIP carry them in their first bytes). Anything else is refused with
 ``document_type_unsupported`` (415).
 
 A declared type is still checked against the bytes when it names one of these types: a part sent as
@@ -13,6 +14,8 @@ say nothing and are ignored.
 """
 
 from __future__ import annotations
+
+import re
 
 from hearth.errors import HearthError
 
@@ -28,6 +31,7 @@ _SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", JPEG),
 )
 # What a declared type may be spelled as (lower case, parameters dropped) for each sniffed type.
+_BINARY_CONTROLS = re.compile(rb"[\x00-\x08\x0e-\x1f]")  # all of C0 but \t \n \v \f \r
 _ALIASES: dict[str, str] = {"image/jpg": JPEG, "image/pjpeg": JPEG, "application/x-pdf": PDF,
                             "text/x-plain": TEXT}
 
@@ -37,7 +41,7 @@ def sniff(data: bytes) -> str | None:
     for signature, media in _SIGNATURES:
         if data.startswith(signature):
             return media
-    if b"\x00" in data:
+    if _BINARY_CONTROLS.search(data):
         return None
     try:
         data.decode("utf-8-sig")
