@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
+from hearth.auth.signing import signed_headers
 from hearth.store.db import create_engine
 from hearth.store.tables import document_blob_chunks, documents
 from tests.documents.upload_support import origin, small_pdf
-from tests.support import ADMIN, AUTH, gateway_registry
+from tests.support import ADMIN, AUTH, SIGNING_KEY, gateway_registry, signing_registry
 
 URL = "/api/v1/documents"
 OTHER = {"Authorization": "Bearer other-key-456"}
@@ -185,3 +186,22 @@ async def test_a_bad_body_is_a_400_naming_the_reason(server: Any, http: Any, hea
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "invalid_request" and r.json()["error"]["details"]["reason"] == reason
     assert await stored(server) == (0, 0)
+
+
+async def test_a_signed_upload_signs_the_multipart_body_as_sent(fake: Any, hearth_server: Any, http: Any,
+                                                                tmp_path: Path) -> None:
+    server = hearth_server(signing_registry(fake), embedded_worker=False, document_dir=tmp_path / "documents")
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="signed.txt"\r\n'
+            b"Content-Type: text/plain\r\n\r\nsigned content\r\n--b--\r\n")
+    base = {**AUTH, "Content-Type": "multipart/form-data; boundary=b"}
+    unsigned = await http.post(server.base_url + URL, headers=base, content=body)
+    assert unsigned.status_code == 401 and unsigned.json()["error"]["code"] == "signature_required"
+    tampered = await http.post(server.base_url + URL, content=body.replace(b"signed content", b"forged content"),
+                               headers={**base, **signed_headers(SIGNING_KEY, "POST", URL, body)})
+    assert tampered.status_code == 401 and tampered.json()["error"]["code"] == "signature_invalid"
+    headers = {**base, **signed_headers(SIGNING_KEY, "POST", URL, body)}
+    ok = await http.post(server.base_url + URL, headers=headers, content=body)
+    assert ok.status_code == 201 and ok.json()["data"]["size"] == len(b"signed content"), ok.text
+    replay = await http.post(server.base_url + URL, headers=headers, content=body)
+    assert replay.status_code == 401 and replay.json()["error"]["code"] == "nonce_replayed"
+    assert [p.name for p in (tmp_path / "documents").rglob("*") if p.is_file()] == [ok.json()["data"]["sha256"]]
