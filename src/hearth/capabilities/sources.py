@@ -230,7 +230,7 @@ async def _read_url(url: str, limits: SourceLimits, *, session: aiohttp.ClientSe
     client = session or aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
     try:
         async with asyncio.timeout(limits.timeout_s):
-            return await _follow(url, limits, client, guard, reader)
+            return await _follow(url, limits, client, guard, reader=reader)
     except TimeoutError:
         raise HearthError("file_url_timeout", "The file URL did not answer in time.", param="file_url",
                           details={"timeout_s": limits.timeout_s}) from None
@@ -242,7 +242,7 @@ async def _read_url(url: str, limits: SourceLimits, *, session: aiohttp.ClientSe
             await client.close()
 
 
-async def _follow(url: str, limits: SourceLimits, session: aiohttp.ClientSession, guard: AddressGuard,
+async def _follow(url: str, limits: SourceLimits, session: aiohttp.ClientSession, guard: AddressGuard, *,
                   reader: Callable[[aiohttp.ClientResponse, SourceLimits], Awaitable[T]]) -> T:
     """Redirects by hand: each Location is checked by the guard before anything connects to it."""
     current = url
