@@ -51,7 +51,8 @@ async def fill_every_table(conn: Any) -> None:
     """One row in every table but alembic_version (foreign keys not checked: replica role), and every sequence
     moved on: serial columns take their default, other columns a value of their type."""
     value = {"integer": "1", "bigint": "1", "double precision": "1.5", "boolean": "true", "json": "'{}'",
-             "text": "'x'", "character varying": "'x'", "timestamp with time zone": "now()"}
+             "text": "'x'", "character varying": "'x'", "timestamp with time zone": "now()",
+             "bytea": "'x'::bytea"}
     columns = await conn.fetch("SELECT table_name, column_name, data_type, column_default"
                                " FROM information_schema.columns"
                                " WHERE table_schema = 'public' AND table_name <> 'alembic_version'"

@@ -21,6 +21,7 @@ from hearth.api import (
     budgets,
     callers_admin,
     dead_letters,
+    documents,
     health,
     model_registry,
     openai,
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reviews.router)
     app.include_router(workflow_runs.router)  # before workflows.router: its /{name} routes would claim /runs
     app.include_router(workflows.router)
+    app.include_router(documents.router)
     return app
 
 

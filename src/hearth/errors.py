@@ -124,6 +124,13 @@ CATALOG: dict[str, ErrorSpec] = {
     "review_expired": ErrorSpec(409, False, "invalid_request_error",
                                 "The review item expired; it was not approved."),
     "review_decided": ErrorSpec(409, False, "invalid_request_error", "The review item was already decided."),
+    # documents (issue 12): storage
+    "document_not_found": ErrorSpec(404, False, "invalid_request_error", "The document does not exist."),
+    "document_too_large": ErrorSpec(413, False, "invalid_request_error", "The document is larger than allowed."),
+    "document_type_unsupported": ErrorSpec(415, False, "invalid_request_error",
+                                           "The document is not a PDF, PNG, JPEG or UTF-8 text file."),
+    "document_content_missing": ErrorSpec(500, False, "api_error",
+                                          "The document's bytes are missing from the document store."),
     # capacity
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),

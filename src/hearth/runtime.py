@@ -21,6 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.chat_stream import ChatRuns
 from hearth.capabilities.sources import SourceLimits
+from hearth.documents.blob_factory import create_blob_store
+from hearth.documents.local_blobs import LocalBlobStore
+from hearth.documents.service import DocumentLimits, DocumentService
 from hearth.errors import HearthError
 from hearth.gateway.budget_balances import sweep_expired
 from hearth.gateway.budget_ledger import BudgetLedger
@@ -85,6 +88,7 @@ class Runtime:
     reviews: ReviewService
     workflows: DefinitionStore
     runs: RunService
+    documents: DocumentService
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
@@ -264,10 +268,14 @@ async def start_runtime(settings: Settings) -> Runtime:
     runs = RunService(engine, definitions, tasks.service, reviews)
     scheduler = (Scheduler((schedule_service.tick, reviews.expire_due, runs.advance_all),
                            interval_s=settings.scheduler_interval_s) if settings.scheduler_enabled else None)
+    blobs = create_blob_store(settings, engine)
+    documents = DocumentService(engine, blobs, limits=DocumentLimits(max_bytes=settings.document_max_bytes,
+                                                                     max_pages=settings.document_max_pages),
+                                sources=source_limits(settings), session=session)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
-                 schedules=schedule_service, reviews=reviews, workflows=definitions, runs=runs, scheduler=scheduler,
-                 _claim=claim)
+                 schedules=schedule_service, reviews=reviews, workflows=definitions, runs=runs, documents=documents,
+                 scheduler=scheduler, _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     ledger.start()
@@ -275,6 +283,8 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     rt._tasks.append(asyncio.create_task(rt._watch_prompts(), name="prompts-watch"))
+    if isinstance(blobs, LocalBlobStore):  # temporary files of writers that died before publishing
+        rt._tasks.append(asyncio.create_task(asyncio.to_thread(blobs.sweep_temporary), name="document-temp-sweep"))
     escalations = build_sender(settings, engine, session, guard=outbound)
     if escalations is not None:
         rt._tasks.append(asyncio.create_task(escalations.run(), name="review-escalations"))

@@ -155,6 +155,18 @@ class Settings(BaseSettings):
         default_factory=list, description="browser origins allowed to call Hearth (CORS), comma-separated "
         "in the environment, e.g. `https://console.example.com`; `*` allows any; empty: no CORS headers")
 
+    # documents (docs/documents.md)
+    document_store: Literal["local", "database"] = Field(
+        default="local", description="where uploaded documents' bytes live: `local` (files under `document_dir`, "
+        "one host or a shared file system) or `database` (chunked rows in the main database: every process on "
+        "any machine reads the same bytes, no extra service)")
+    document_dir: Path = Field(default=Path("var/documents"), description="the `local` document store's "
+                               "directory (object keys below it, never paths chosen by callers)")
+    document_max_bytes: int = Field(default=50 * 1024 * 1024, ge=1, description="largest document accepted "
+                                    "(upload, `file_id` or `file_url`); larger is 413 `document_too_large`")
+    document_max_pages: int = Field(default=2000, ge=1, description="most pages a PDF document may have; the "
+                                    "parser refuses a longer one")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

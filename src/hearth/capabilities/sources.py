@@ -8,6 +8,10 @@ there, a huge or binary body, a server that never answers — is refused with it
 
 Error messages never carry file contents or the URL (a presigned URL's query is a credential); the
 ``details`` say which rule refused, and ``param`` names the payload field.
+
+The same guarded readers also hand out raw bytes (:func:`read_file_bytes`, :func:`fetch_url_bytes`) for
+callers that judge the content themselves (documents sniff PDF, images and text from the bytes): every
+rule above holds except the text ones (extension, declared content type, charset), which are theirs.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import asyncio
 import codecs
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+from urllib.parse import unquote
 
 import aiohttp
 from yarl import URL
@@ -35,6 +40,8 @@ FILE_ENCODINGS = ("utf-8-sig", "gb18030")  # utf-8-sig reads UTF-8 with or witho
 SNIFF_BYTES = 8192
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
+_NAME_CHARS = 255
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,18 @@ class SourceText:
     content_type: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SourceBytes:
+    """A file's or URL's content as bytes, unjudged. ``content_type`` is what the server declared (its
+    media type, None for a file or when absent): a claim, not a check. ``name`` is the file's base name
+    or the URL path's last segment (None if it has none), for display only."""
+
+    data: bytes
+    source: Literal["file_id", "file_url"]
+    content_type: str | None
+    name: str | None
+
+
 async def read_input(payload: Mapping[str, Any], limits: SourceLimits, *,
                      session: aiohttp.ClientSession | None = None, guard: AddressGuard | None = None) -> SourceText:
     """The payload's input as text, or a :class:`HearthError`.
@@ -92,7 +111,7 @@ async def read_input(payload: Mapping[str, Any], limits: SourceLimits, *,
         return await asyncio.to_thread(_read_file, given["file_id"], limits)
     if "file_url" in given:
         return await _read_url(given["file_url"], limits, session=session,
-                               guard=guard or AddressGuard(limits.url_allow))
+                               guard=guard or AddressGuard(limits.url_allow), reader=_body)
     raise HearthError("input_missing")
 
 
@@ -110,9 +129,43 @@ def _inline(text: str, field: SourceKind, limits: SourceLimits) -> SourceText:
 # ---- file_id --------------------------------------------------------------------------------------
 
 def _read_file(file_id: str, limits: SourceLimits) -> SourceText:
-    """Blocking (run in a thread). The real path (symlinks followed) must be inside the real root;
-    the file is opened without following a final symlink and checked again on the open descriptor,
-    so a file swapped after the check is still a regular file of bounded size."""
+    """Blocking (run in a thread): the file as text of a type its extension names and the operator allows."""
+    path, size = _checked_file(file_id, limits)
+    media = EXTENSION_TYPES.get(path.suffix.lower())
+    if media is None or media not in limits.media_types():
+        raise _file_error("file_type_unsupported", "The file type is not supported.", "extension",
+                          allowed=sorted(EXTENSION_TYPES))
+    if size > limits.max_bytes:
+        raise _file_error("file_too_large", "The file is larger than allowed.", "size", max_bytes=limits.max_bytes)
+    data = _read_bounded(path, limits.max_bytes)
+    if b"\x00" in data[:SNIFF_BYTES]:
+        raise _file_error("file_type_unsupported", "The file is not text.", "binary")
+    for encoding in FILE_ENCODINGS:
+        try:
+            return SourceText(data.decode(encoding), "file_id", len(data), media)
+        except UnicodeDecodeError:
+            continue
+    raise _file_error("file_type_unsupported", "The file is not UTF-8 (or GB18030) text.", "encoding")
+
+
+async def read_file_bytes(file_id: str, limits: SourceLimits) -> SourceBytes:
+    """The bytes of the file ``file_id`` names under ``limits.file_root``, with every path rule of
+    ``file_id`` text inputs and the size limit (``file_too_large``), but no type rule: the caller judges
+    the bytes. Errors carry ``param="file_id"``."""
+    return await asyncio.to_thread(_read_file_bytes, file_id, limits)
+
+
+def _read_file_bytes(file_id: str, limits: SourceLimits) -> SourceBytes:
+    path, size = _checked_file(file_id, limits)
+    if size > limits.max_bytes:
+        raise _file_error("file_too_large", "The file is larger than allowed.", "size", max_bytes=limits.max_bytes)
+    return SourceBytes(_read_bounded(path, limits.max_bytes), "file_id", None, path.name[:_NAME_CHARS] or None)
+
+
+def _checked_file(file_id: str, limits: SourceLimits) -> tuple[Path, int]:
+    """Blocking. The real path (symlinks followed) of a regular file inside the real root, and its size;
+    :func:`_read_bounded` then opens it without following a final symlink and checks the open descriptor
+    again, so a file swapped after this check is still a regular file of bounded size."""
     if limits.file_root is None:
         raise _file_error("file_path_refused", "Reading files by id is not enabled.", "disabled")
     if "\x00" in file_id or "\\" in file_id:
@@ -130,21 +183,7 @@ def _read_file(file_id: str, limits: SourceLimits) -> SourceText:
         raise _file_error("file_not_found", "The file does not exist.", "missing") from None
     if not stat.S_ISREG(info.st_mode):
         raise _file_error("file_not_found", "The file id does not name a regular file.", "not_a_file")
-    media = EXTENSION_TYPES.get(path.suffix.lower())
-    if media is None or media not in limits.media_types():
-        raise _file_error("file_type_unsupported", "The file type is not supported.", "extension",
-                          allowed=sorted(EXTENSION_TYPES))
-    if info.st_size > limits.max_bytes:
-        raise _file_error("file_too_large", "The file is larger than allowed.", "size", max_bytes=limits.max_bytes)
-    data = _read_bounded(path, limits.max_bytes)
-    if b"\x00" in data[:SNIFF_BYTES]:
-        raise _file_error("file_type_unsupported", "The file is not text.", "binary")
-    for encoding in FILE_ENCODINGS:
-        try:
-            return SourceText(data.decode(encoding), "file_id", len(data), media)
-        except UnicodeDecodeError:
-            continue
-    raise _file_error("file_type_unsupported", "The file is not UTF-8 (or GB18030) text.", "encoding")
+    return path, info.st_size
 
 
 def _read_bounded(path: Path, max_bytes: int) -> bytes:
@@ -173,14 +212,25 @@ def _file_error(code: str, message: str, reason: str, **details: Any) -> HearthE
 
 # ---- file_url -------------------------------------------------------------------------------------
 
+async def fetch_url_bytes(url: str, limits: SourceLimits, *, session: aiohttp.ClientSession | None = None,
+                          guard: AddressGuard | None = None) -> SourceBytes:
+    """The body of ``url`` as bytes, through the same guard, pinning, redirect, size and time rules as a
+    ``file_url`` text input, but no type or charset rule: the caller judges the bytes (the server's
+    declared type comes along as a claim). ``session`` and ``guard`` as for :func:`read_input`. Errors
+    carry ``param="file_url"``."""
+    return await _read_url(url, limits, session=session, guard=guard or AddressGuard(limits.url_allow),
+                           reader=_raw_body)
+
+
 async def _read_url(url: str, limits: SourceLimits, *, session: aiohttp.ClientSession | None,
-                    guard: AddressGuard) -> SourceText:
+                    guard: AddressGuard, reader: Callable[[aiohttp.ClientResponse, SourceLimits], Awaitable[T]],
+                    ) -> T:
     """Everything — resolving, every redirect, the body — within ``limits.timeout_s``."""
     own = session is None
     client = session or aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
     try:
         async with asyncio.timeout(limits.timeout_s):
-            return await _follow(url, limits, client, guard)
+            return await _follow(url, limits, client, guard, reader=reader)
     except TimeoutError:
         raise HearthError("file_url_timeout", "The file URL did not answer in time.", param="file_url",
                           details={"timeout_s": limits.timeout_s}) from None
@@ -192,7 +242,8 @@ async def _read_url(url: str, limits: SourceLimits, *, session: aiohttp.ClientSe
             await client.close()
 
 
-async def _follow(url: str, limits: SourceLimits, session: aiohttp.ClientSession, guard: AddressGuard) -> SourceText:
+async def _follow(url: str, limits: SourceLimits, session: aiohttp.ClientSession, guard: AddressGuard, *,
+                  reader: Callable[[aiohttp.ClientResponse, SourceLimits], Awaitable[T]]) -> T:
     """Redirects by hand: each Location is checked by the guard before anything connects to it."""
     current = url
     for hop in range(limits.max_redirects + 1):
@@ -204,7 +255,7 @@ async def _follow(url: str, limits: SourceLimits, session: aiohttp.ClientSession
                     continue
                 if not 200 <= resp.status < 300:
                     raise _fetch_failed("status", "The file URL answered with an error status.", status=resp.status)
-                return await _body(resp, limits)
+                return await reader(resp, limits)
         except TimeoutError:
             raise
         except aiohttp.ClientError as exc:
@@ -249,6 +300,21 @@ async def _body(resp: aiohttp.ClientResponse, limits: SourceLimits) -> SourceTex
         raise HearthError("file_type_unsupported", "The file URL's content type is not supported.",
                           details={"reason": "content_type", "content_type": media[:100],
                                    "allowed": sorted(limits.media_types())})
+    data = await _bounded_body(resp, limits)
+    text = _decode_charset(data, resp.charset)
+    return SourceText(text, "file_url", len(data), media)
+
+
+async def _raw_body(resp: aiohttp.ClientResponse, limits: SourceLimits) -> SourceBytes:
+    declared = resp.headers.get("Content-Type")
+    data = await _bounded_body(resp, limits)
+    name = unquote(resp.url.path.rsplit("/", 1)[-1])[:_NAME_CHARS]
+    return SourceBytes(data, "file_url", _media_type(declared)[:100] if declared else None, name or None)
+
+
+async def _bounded_body(resp: aiohttp.ClientResponse, limits: SourceLimits) -> bytes:
+    """The body, refused (``file_too_large``) on a declared length above the limit before reading, and
+    as soon as the bytes read pass it."""
     if resp.content_length is not None and resp.content_length > limits.max_bytes:
         raise HearthError("file_too_large", "The file URL's content is larger than allowed.",
                           details={"reason": "content_length", "max_bytes": limits.max_bytes})
@@ -258,8 +324,7 @@ async def _body(resp: aiohttp.ClientResponse, limits: SourceLimits) -> SourceTex
         if len(data) > limits.max_bytes:
             raise HearthError("file_too_large", "The file URL's content is larger than allowed.",
                               details={"reason": "body", "max_bytes": limits.max_bytes})
-    text = _decode_charset(bytes(data), resp.charset)
-    return SourceText(text, "file_url", len(data), media)
+    return bytes(data)
 
 
 def _decode_charset(data: bytes, charset: str | None) -> str:

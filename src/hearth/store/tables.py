@@ -12,6 +12,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -588,3 +589,29 @@ workflow_run_actions = Table(
     Column("after", JSON, nullable=False),
 )
 Index("ix_workflow_run_actions_run", workflow_run_actions.c.run_id, workflow_run_actions.c.id)
+
+# owner: hearth.documents.document_store — uploaded documents: who owns them and where their bytes are
+documents = Table(
+    "documents", metadata,
+    Column("id", String(40), primary_key=True),  # doc_<hex>
+    Column("caller", String(128), nullable=False),
+    Column("filename", String(255), nullable=True),  # as the caller named it: display only, never a path or a type
+    Column("content_type", String(64), nullable=False),  # sniffed from the bytes
+    Column("size", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("storage", String(16), nullable=False),  # local | database: the blob store holding blob_key
+    Column("blob_key", String(96), nullable=False),  # sha256/ab/cd/<hex>: content addressed, shared by equal bytes
+    Column("page_count", Integer, nullable=True),  # known once parsed (PDF)
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_documents_caller", documents.c.caller, documents.c.created_at)
+Index("ix_documents_sha256", documents.c.sha256)
+
+# owner: hearth.documents.database_blobs — the `database` blob store: an object's bytes in chunks, all written
+# in one transaction (an object is all its chunks or absent)
+document_blob_chunks = Table(
+    "document_blob_chunks", metadata,
+    Column("key", String(96), primary_key=True),
+    Column("seq", Integer, primary_key=True),  # 0, 1, ...: the chunk's place in the object
+    Column("data", LargeBinary, nullable=False),  # bytea on PostgreSQL, BLOB on SQLite
+)
