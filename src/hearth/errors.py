@@ -124,6 +124,12 @@ CATALOG: dict[str, ErrorSpec] = {
     "review_expired": ErrorSpec(409, False, "invalid_request_error",
                                 "The review item expired; it was not approved."),
     "review_decided": ErrorSpec(409, False, "invalid_request_error", "The review item was already decided."),
+    # documents: PDF text (issue 12)
+    "pdf_corrupted": ErrorSpec(422, False, "invalid_request_error", "The PDF is damaged and cannot be parsed."),
+    "pdf_encrypted": ErrorSpec(422, False, "invalid_request_error",
+                               "The PDF is password protected; upload it without the password."),
+    "document_too_many_pages": ErrorSpec(422, False, "invalid_request_error",
+                                         "The document has more pages than allowed."),
     # capacity
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),
