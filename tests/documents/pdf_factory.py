@@ -219,3 +219,43 @@ def financial_report() -> bytes:
         c.showPage()
     c.save()
     return buffer.getvalue()
+
+
+CHINESE_TABLE_ROWS = [
+    ["项目", "2024年", "2023年"],
+    ["营业收入", "1,234.5", "1,099.2"],
+    ["净利润", "567.0", "480.3"],
+]
+
+
+def chinese_table_pdf() -> bytes:
+    """A Chinese heading line and :data:`CHINESE_TABLE_ROWS` (STSong-Light), then a sentence."""
+    buffer = io.BytesIO()
+    c = _canvas(buffer)
+    y = _draw_lines(c, ["合并利润表（单位：亿元）"], font=CJK_FONT, size=12)
+    y = _draw_table(c, CHINESE_TABLE_ROWS, top=y - 12, font=CJK_FONT, size=12)
+    _draw_lines(c, ["以上数据经审计。"], font=CJK_FONT, size=12, top=y - 12)
+    c.showPage()
+    c.save()
+    return buffer.getvalue()
+
+
+def table_with_gap_pdf() -> bytes:
+    """A table whose third row has no value in the last column, and a lone two-cell line elsewhere."""
+    buffer = io.BytesIO()
+    c = _canvas(buffer)
+    rows = [["Segment", "2024", "2023"], ["Data centre", "47,525", "15,005"], ["Gaming", "10,447", ""],
+            ["Automotive", "1,091", "903"], ["Other", "1,859", "1,066"]]
+    c.setFont("Helvetica", 10)
+    y = _HEIGHT - _MARGIN
+    for row in rows:
+        c.drawString(_MARGIN, y, row[0])
+        for cell, right in zip(row[1:], [330.0, 430.0], strict=True):
+            if cell:
+                c.drawRightString(right, y, cell)
+        y -= 16
+    c.drawString(_MARGIN, y - 200, "Signed:")
+    c.drawString(300, y - 200, "The board")
+    c.showPage()
+    c.save()
+    return buffer.getvalue()
