@@ -138,9 +138,9 @@ def blank_pdf() -> bytes:
 TABLE_ROWS = [
     ["Metric", "FY2024", "FY2023"],
     ["Revenue", "60,922", "26,974"],
-    ["Net income", "29,760", "4,368"],
+    ["Net income", "29,760", "9,752"],
     ["Operating cash flow", "28,090", "5,641"],
-    ["Diluted EPS", "11.93", "1.74"],
+    ["Diluted EPS", "11.93", "3.90"],
 ]
 
 
@@ -188,7 +188,7 @@ FINANCIAL_FACTS = [
     Fact("revenue", 2024, 60922.0, 4, "Revenue for fiscal year 2024 was $60,922 million, up 126% from a year ago."),
     Fact("revenue", 2023, 26974.0, 4, "Revenue for fiscal year 2023 was $26,974 million."),
     Fact("net_income", 2024, 29760.0, 7, "Net income for fiscal year 2024 was $29,760 million."),
-    Fact("net_income", 2023, 4368.0, 7, "Net income for fiscal year 2023 was $4,368 million."),
+    Fact("net_income", 2023, 9752.0, 7, "Net income for fiscal year 2023 was $9,752 million."),
     Fact("operating_cash_flow", 2024, 28090.0, 11,
          "Cash provided by operating activities was $28,090 million in fiscal year 2024."),
     Fact("eps", 2024, 11.93, 15, "Diluted net income per share was $11.93 for fiscal year 2024."),
@@ -259,3 +259,18 @@ def table_with_gap_pdf() -> bytes:
     c.showPage()
     c.save()
     return buffer.getvalue()
+
+
+def financial_result() -> dict[str, object]:
+    """What a faithful model extracts from :func:`financial_report`: the KPI schema's shape, every value
+    citing its page and quoting its sentence (no review trigger fires on it)."""
+    kpis: dict[str, list[dict[str, object]]] = {"revenue": [], "net_income": [], "operating_cash_flow": [], "eps": []}
+    for fact in FINANCIAL_FACTS:
+        kpis[fact.kpi].append({
+            "period": f"FY{fact.fiscal_year}", "fiscal_year": fact.fiscal_year, "fiscal_period": "FY",
+            "value": fact.value, "unit": "one" if fact.kpi == "eps" else "million", "currency": "USD",
+            "source_page": fact.page, "quote": fact.quote, "confidence": 0.95})
+    risk_text, risk_page = FINANCIAL_RISK
+    return {"company": "Example Corp", "kpis": kpis, "risk_factors": [{
+        "title": "Supplier concentration", "text": "A few suppliers make most components.",
+        "source_page": risk_page, "quote": risk_text.removeprefix("Risk factor: "), "confidence": 0.9}]}
