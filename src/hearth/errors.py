@@ -131,6 +131,12 @@ CATALOG: dict[str, ErrorSpec] = {
                                            "The document is not a PDF, PNG, JPEG or UTF-8 text file."),
     "document_content_missing": ErrorSpec(500, False, "api_error",
                                           "The document's bytes are missing from the document store."),
+    # documents: PDF text (issue 12)
+    "pdf_corrupted": ErrorSpec(422, False, "invalid_request_error", "The PDF is damaged and cannot be parsed."),
+    "pdf_encrypted": ErrorSpec(422, False, "invalid_request_error",
+                               "The PDF is password protected; upload it without the password."),
+    "document_too_many_pages": ErrorSpec(422, False, "invalid_request_error",
+                                         "The document has more pages than allowed."),
     # capacity
     "capacity_exhausted": ErrorSpec(429, True, "rate_limit_error", "All endpoints of the model are at their limits."),
     "state_backend_unavailable": ErrorSpec(503, True, "api_error", "The shared state backend is unavailable."),
