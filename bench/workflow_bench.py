@@ -35,11 +35,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from task_bench import RESULTS, CpuMeter, HearthWorker, Started, machine, pct, pg_database  # noqa: E402
+from task_bench import RESULTS, CpuMeter, HearthWorker, Started, machine, pct, pg_database
 
-from hearth.ids import new_id  # noqa: E402
-from hearth.workflows import run_store  # noqa: E402
-from hearth.workflows.definition_store import DefinitionStore  # noqa: E402
+from hearth.ids import new_id
+from hearth.workflows import run_store
+from hearth.workflows.definition_store import DefinitionStore
 
 TARGET_STEPS_PER_S = 1000
 NAME = "bench-linear"
