@@ -21,6 +21,7 @@ from hearth.api import (
     budgets,
     callers_admin,
     dead_letters,
+    document_jobs,
     documents,
     health,
     model_registry,
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reviews.router)
     app.include_router(workflow_runs.router)  # before workflows.router: its /{name} routes would claim /runs
     app.include_router(workflows.router)
+    app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
     return app
 

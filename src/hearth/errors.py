@@ -126,6 +126,7 @@ CATALOG: dict[str, ErrorSpec] = {
     "review_decided": ErrorSpec(409, False, "invalid_request_error", "The review item was already decided."),
     # documents (issue 12): storage
     "document_not_found": ErrorSpec(404, False, "invalid_request_error", "The document does not exist."),
+    "document_job_not_found": ErrorSpec(404, False, "invalid_request_error", "The document job does not exist."),
     "document_too_large": ErrorSpec(413, False, "invalid_request_error", "The document is larger than allowed."),
     "document_type_unsupported": ErrorSpec(415, False, "invalid_request_error",
                                            "The document is not a PDF, PNG, JPEG or UTF-8 text file."),

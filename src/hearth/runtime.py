@@ -22,7 +22,10 @@ from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.chat_stream import ChatRuns
 from hearth.capabilities.sources import SourceLimits
 from hearth.documents.blob_factory import create_blob_store
+from hearth.documents.install import install_pipeline
+from hearth.documents.jobs import DocumentJobs
 from hearth.documents.local_blobs import LocalBlobStore
+from hearth.documents.pipeline_tasks import DocumentTasks
 from hearth.documents.service import DocumentLimits, DocumentService
 from hearth.errors import HearthError
 from hearth.gateway.budget_balances import sweep_expired
@@ -89,6 +92,8 @@ class Runtime:
     workflows: DefinitionStore
     runs: RunService
     documents: DocumentService
+    document_jobs: DocumentJobs
+    document_tasks: DocumentTasks
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
@@ -209,7 +214,14 @@ async def start_runtime(settings: Settings) -> Runtime:
     try:
         vault = KeyVault(load_master_key(settings.master_key, settings.master_key_file))
         types = task_types(settings)
+        blobs = create_blob_store(settings, engine)
+        documents = DocumentService(engine, blobs, limits=DocumentLimits(max_bytes=settings.document_max_bytes,
+                                                                         max_pages=settings.document_max_pages),
+                                    sources=source_limits(settings))
+        document_tasks = DocumentTasks(engine, documents, max_pages=settings.document_max_pages)
+        document_tasks.register(types)
         definitions = DefinitionStore(engine)
+        await install_pipeline(engine, definitions, types)
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)
         if settings.config is not None:
@@ -268,13 +280,12 @@ async def start_runtime(settings: Settings) -> Runtime:
     runs = RunService(engine, definitions, tasks.service, reviews)
     scheduler = (Scheduler((schedule_service.tick, reviews.expire_due, runs.advance_all),
                            interval_s=settings.scheduler_interval_s) if settings.scheduler_enabled else None)
-    blobs = create_blob_store(settings, engine)
-    documents = DocumentService(engine, blobs, limits=DocumentLimits(max_bytes=settings.document_max_bytes,
-                                                                     max_pages=settings.document_max_pages),
-                                sources=source_limits(settings), session=session)
+    documents.session = session
+    document_jobs = DocumentJobs(engine, documents, runs, prompts)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
                  schedules=schedule_service, reviews=reviews, workflows=definitions, runs=runs, documents=documents,
+                 document_jobs=document_jobs, document_tasks=document_tasks,
                  scheduler=scheduler, _claim=claim)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()

@@ -104,7 +104,7 @@ class Settings(BaseSettings):
 
     # the task engine (docs/tasks.md)
     task_queues: Annotated[dict[str, int], NoDecode] = Field(
-        default_factory=lambda: {"ai.default": 32, "ai.summary": 16, "ai.bill_extract": 8},
+        default_factory=lambda: {"ai.default": 32, "ai.summary": 16, "ai.bill_extract": 8, "documents.cpu": 2},
         description="queue name → a worker's concurrency on it (`ai.default=32,ai.summary=16` in the environment)")
     task_user_max_running: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict, description="queue name → most tasks of one user (else tenant, else caller) running "

@@ -76,7 +76,7 @@ def _service(request: Request) -> DocumentService:
     return runtime(request).documents
 
 
-async def _viewer(request: Request) -> str | None:
+async def document_viewer(request: Request) -> str | None:
     """The caller whose documents the request may see, or None for the admin token (every document)."""
     expected = runtime(request).settings.admin_token
     token = bearer_token(request.headers)
@@ -129,7 +129,7 @@ async def _from_source(request: Request) -> Any:
 @router.get("/{document_id}", summary="A document: type, size, SHA-256, page count", responses={
     200: {"model": DocumentEnvelope}})
 async def get_document(document_id: str, request: Request) -> Response:
-    doc = await _service(request).get(document_id, await _viewer(request))
+    doc = await _service(request).get(document_id, await document_viewer(request))
     return ok(request, doc.view())
 
 
@@ -137,7 +137,7 @@ async def get_document(document_id: str, request: Request) -> Response:
             responses={200: {"content": {"application/pdf": {}, "image/png": {}, "image/jpeg": {}, "text/plain": {}}}})
 async def get_content(document_id: str, request: Request) -> Response:
     service = _service(request)
-    doc = await service.get(document_id, await _viewer(request))
+    doc = await service.get(document_id, await document_viewer(request))
     data = await service.read_bytes(doc.id)
     media = f"{TEXT}; charset=utf-8" if doc.content_type == TEXT else doc.content_type
     return Response(data, media_type=media, headers={

@@ -615,3 +615,41 @@ document_blob_chunks = Table(
     Column("seq", Integer, primary_key=True),  # 0, 1, ...: the chunk's place in the object
     Column("data", LargeBinary, nullable=False),  # bytea on PostgreSQL, BLOB on SQLite
 )
+
+# owner: hearth.documents.page_store — a PDF's text layer, page by page, kept by the SHA-256 of its bytes: parsed
+# once, read by every later stage and job (a model failure never re-parses)
+document_pages = Table(
+    "document_pages", metadata,
+    Column("sha256", String(64), primary_key=True),
+    Column("page", Integer, primary_key=True),  # 1-based
+    Column("text", Text, nullable=False),
+    Column("needs_ocr", Boolean, nullable=False),
+    Column("chars", Integer, nullable=False),
+)
+
+# owner: hearth.documents.job_store — a document's pipeline job: its workflow run, or a cache hit
+document_jobs = Table(
+    "document_jobs", metadata,
+    Column("id", String(40), primary_key=True),  # djob_<hex>
+    Column("document_id", String(40), nullable=False),
+    Column("caller", String(128), nullable=False),
+    Column("run_id", String(40), nullable=True),  # the pipeline's run; null for a cache hit
+    Column("cache_key", String(64), nullable=False),  # sha256 of (bytes, pipeline, prompt and model versions)
+    Column("versions", JSON, nullable=False),  # {pipeline, prompt_code, prompt_version, model}: what the key covers
+    Column("cache_hit", Boolean, nullable=False),
+    Column("result", JSON, nullable=True),  # the final result, once completed
+    Column("reviewed", Boolean, nullable=False, server_default=false()),  # a reviewer decided the result
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+)
+Index("ix_document_jobs_document", document_jobs.c.document_id, document_jobs.c.created_at)
+
+# owner: hearth.documents.job_store — completed results by cache key: the same bytes through the same pipeline,
+# prompt and model versions complete from here, with no model call
+document_results = Table(
+    "document_results", metadata,
+    Column("cache_key", String(64), primary_key=True),
+    Column("result", JSON, nullable=False),
+    Column("job_id", String(40), nullable=False),  # the job that produced it
+    Column("created_at", Float, nullable=False),
+)

@@ -66,9 +66,10 @@ class RunService:
     _passing: asyncio.Lock = field(default_factory=asyncio.Lock)  # background passes of this process, one at a time
 
     async def start(self, name: str, *, caller: str, run_input: dict[str, Any],
-                    version: int | None = None) -> Mapping[str, Any]:
+                    version: int | None = None, run_id: str | None = None) -> Mapping[str, Any]:
+        """Start a run (``run_id``: chosen by the caller — a job that records its run before starting it)."""
         found, plan = await self._plan(name, version)
-        run_id = "wfr_" + new_id()
+        run_id = run_id or "wfr_" + new_id()
         await run_store.create_run(self.engine, run_store.NewRun(
             id=run_id, workflow=name, version=found, caller=caller, input=run_input,
             step_ids=[s.id for s in plan.definition.steps]), now=self.clock.now())
