@@ -294,8 +294,8 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
     rt._tasks.append(asyncio.create_task(rt._sweep_reservations(), name="budget-sweeper"))
     rt._tasks.append(asyncio.create_task(rt._watch_prompts(), name="prompts-watch"))
-    if isinstance(blobs, LocalBlobStore):  # temporary files of writers that died before publishing
-        rt._tasks.append(asyncio.create_task(asyncio.to_thread(blobs.sweep_temporary), name="document-temp-sweep"))
+    if isinstance(blobs, LocalBlobStore):
+        rt._tasks.append(asyncio.create_task(_sweep_document_temp(blobs), name="document-temp-sweep"))
     escalations = build_sender(settings, engine, session, guard=outbound)
     if escalations is not None:
         rt._tasks.append(asyncio.create_task(escalations.run(), name="review-escalations"))
@@ -318,6 +318,17 @@ async def _file_workflows(settings: Settings, spec: RegistrySpec, types: TaskTyp
         return check_workflows(spec.workflows, known_task_types=types.names(), registered=await definitions.names())
     except HearthError as exc:
         raise SystemExit(f"{settings.config}: {exc.message}") from None
+
+
+async def _sweep_document_temp(blobs: LocalBlobStore) -> None:
+    """Once at start: temporary files of writers that died before publishing (older than an hour)."""
+    try:
+        removed = await asyncio.to_thread(blobs.sweep_temporary)
+    except OSError as exc:
+        log.warning("document_temp_sweep_failed", error=type(exc).__name__, directory=str(blobs.root))
+        return
+    if removed:
+        log.info("document_temp_files_removed", files=removed, directory=str(blobs.root))
 
 
 def _log_apply(settings: Settings, report: ApplyReport) -> None:
