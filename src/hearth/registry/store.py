@@ -328,7 +328,7 @@ async def _load(conn: AsyncConnection, vault: KeyVault) -> Registry:
                                     tpm=r["tpm"], daily_tokens=r["daily_tokens"])
               for r in (await conn.execute(select(quota_groups))).mappings()}
     eps: dict[str, Endpoint] = {}
-    for r in (await conn.execute(select(endpoints))).mappings():
+    for r in (await conn.execute(select(endpoints).order_by(endpoints.c.name))).mappings():  # first bad key: same one
         p = prov[r["provider"]]
         enabled, reason, disabled_by = effective_state(
             enabled=bool(r["enabled"]), reason=r["disabled_reason"], disabled_by=r["disabled_by"],
