@@ -221,7 +221,6 @@ async def start_runtime(settings: Settings) -> Runtime:
         document_tasks = DocumentTasks(engine, documents, max_pages=settings.document_max_pages)
         document_tasks.register(types)
         definitions = DefinitionStore(engine)
-        await install_pipeline(engine, definitions, types)
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)
         if settings.config is not None:
@@ -270,6 +269,7 @@ async def start_runtime(settings: Settings) -> Runtime:
     gateway = Gateway(settings, state, providers, log_writer=writer, registry=registry, ledger=ledger,
                       recovery=recovery)
     gateway_box.append(gateway)
+    await install_pipeline(engine, definitions, types)  # after every check: a refused start writes nothing
     prompts = PromptCatalog(engine)
     await prompts.load()
     services = CapabilityServices(gateway=gateway, prompts=prompts, session=session, limits=source_limits(settings),

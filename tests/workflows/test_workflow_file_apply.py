@@ -146,4 +146,4 @@ async def test_the_start_applies_the_files_workflows_and_a_bad_one_refuses_it(
     assert stored["version"] == 1
     rt = await start_runtime(_settings(tmp_path, database_url, [_summary("daily")]))  # a restart adds nothing
     await rt.stop()
-    assert await _versions(database_url) == {"daily": [1]}
+    assert await _versions(database_url) == {"daily": [1], "document-pipeline": [1]}  # and Hearth's own pipeline
