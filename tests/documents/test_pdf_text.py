@@ -142,3 +142,12 @@ def test_the_lock_is_held_while_pdfium_runs() -> None:
 def test_max_pages_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_pages"):
         parse_pdf(pdf_factory.english_report(1), max_pages=0)
+
+
+def test_pages_come_back_the_same_across_reopening_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = pdf_factory.mixed_pdf()
+    whole = parse_pdf(data, max_pages=5)
+    monkeypatch.setattr(pdf_text, "REOPEN_EVERY", 2)
+    assert parse_pdf(data, max_pages=5) == whole
+    monkeypatch.setattr(pdf_text, "REOPEN_EVERY", 1)
+    assert parse_pdf(data, max_pages=5) == whole

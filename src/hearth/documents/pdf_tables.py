@@ -30,7 +30,7 @@ from typing import Any
 
 import pypdfium2.raw as pdfium_c
 
-from hearth.documents.pdf_text import PDFIUM_LOCK, open_pdf
+from hearth.documents.pdf_text import PDFIUM_LOCK, each_page, open_pdf
 
 _SKIP = frozenset({0, 2, 0xFFFE})
 _LINE_TOLERANCE = 0.3
@@ -78,22 +78,19 @@ def extract_tables(data: bytes, *, pages: Sequence[int] | None = None, column_ga
     ``ValueError`` for a page number the document does not have.
     """
     found: list[Table] = []
-    with PDFIUM_LOCK, open_pdf(data) as pdf:
-        count = len(pdf)
+    with PDFIUM_LOCK:
+        with open_pdf(data) as pdf:
+            count = len(pdf)
         numbers = list(range(1, count + 1)) if pages is None else list(pages)
         wrong = [n for n in numbers if not 1 <= n <= count]
         if wrong:
             raise ValueError(f"pages {wrong} are not in the document (1..{count})")
-        for number in numbers:
-            page = pdf[number - 1]
+        for number, page in each_page(data, numbers):
+            textpage = page.get_textpage()
             try:
-                textpage = page.get_textpage()
-                try:
-                    chars = _chars(textpage)
-                finally:
-                    textpage.close()
+                chars = _chars(textpage)
             finally:
-                page.close()
+                textpage.close()
             lines = [_line(group, column_gap) for group in _group_lines(chars)]
             found += [Table(page=number, rows=rows) for rows in _tables(lines, min_rows)]
     return found
