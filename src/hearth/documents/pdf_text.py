@@ -1,9 +1,10 @@
 """The text layer of a PDF, page by page, with PDFium (``pypdfium2``).
 
-:func:`parse_pdf` opens the bytes once and walks the pages in order; each page and its text page are
-closed before the next is loaded, and nothing is rendered unless an OCR engine is given (then only the
-pages that need it, one at a time). Memory therefore stays at the document's own structures plus one
-page, whatever the page count.
+:func:`parse_pdf` walks the pages in order; each page and its text page are closed before the next is
+loaded, the document is reopened every :data:`REOPEN_EVERY` pages (PDFium otherwise keeps every content
+stream it loaded until the end), and nothing is rendered unless an OCR engine is given (then only the
+pages that need it, one at a time). Memory therefore stays at the file itself plus a window of pages,
+whatever the page count (bench/BENCHMARKS.md, issue 12).
 
 What it does not do: layout analysis (columns, reading order beyond PDFium's own), tables (see
 :mod:`hearth.documents.pdf_tables`) or OCR by itself. A page whose text layer is empty or almost empty
