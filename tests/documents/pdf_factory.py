@@ -293,3 +293,9 @@ def long_report(pages: int, *, scan_every: int = 0, scan_px: tuple[int, int] | N
         c.showPage()
     c.save()
     return buffer.getvalue()
+
+
+def owner_password_pdf() -> bytes:
+    """Encrypted with an owner password only (permissions: no printing); opens without a password."""
+    return text_pdf([["Permissions only, no user password."]],
+                    encrypt=StandardEncryption("", ownerPassword="owner", canPrint=0))

@@ -151,3 +151,8 @@ def test_pages_come_back_the_same_across_reopening_windows(monkeypatch: pytest.M
     assert parse_pdf(data, max_pages=5) == whole
     monkeypatch.setattr(pdf_text, "REOPEN_EVERY", 1)
     assert parse_pdf(data, max_pages=5) == whole
+
+
+def test_a_pdf_with_only_an_owner_password_opens_and_is_parsed() -> None:
+    parsed = parse_pdf(pdf_factory.owner_password_pdf(), max_pages=1)
+    assert parsed.pages[0].text == "Permissions only, no user password."
