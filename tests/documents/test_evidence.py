@@ -144,3 +144,19 @@ def test_100_values_against_20_pages_is_fast(report_pages: dict[int, str]) -> No
     elapsed = time.process_time() - started
     assert len(results) == 2000 and sum(r.found for r in results) == 100  # each on its own page only
     assert elapsed < 5.0  # ~0.5 s on the development machine; a generous bound for a loaded CI
+
+
+def test_a_number_cut_short_in_the_quote_does_not_match_the_longer_number_on_the_page() -> None:
+    page = "In the fourth quarter the units shipped in the quarter totalled 12345 across all regions."
+    match = check_quote("the units shipped in the quarter totalled 1234", page)
+    assert (match.kind, match.reason) == ("not_found", "numbers_differ")
+    assert check_quote("the units shipped in the quarter totalled 12,345", page).kind == "fuzzy"
+    assert check_quote("the units shipped in the quarter totalled 12345", page).kind == "exact"
+    assert check_quote("2345 across all regions", page).reason == "numbers_differ"  # cut at the start
+    twice = "Sold 12345 units, then 1234 units."
+    assert check_quote("1234 units", twice).span == (23, 33)  # the second occurrence is the whole number
+
+
+def test_a_quote_sharing_nothing_with_the_page_scores_zero() -> None:
+    match = check_quote("zzzz qqqq xxxx wwww", "Revenue grew in every region.")
+    assert (match.kind, match.score, match.reason, match.span) == ("not_found", 0.0, "below_threshold", None)

@@ -125,7 +125,9 @@ def test_year_over_year_compares_scaled_values_and_only_like_with_like() -> None
     assert [r.details["change"] for r in review_reasons(drop, evidence={}, rules=rules)] == [-7.0]
     unlike = {"kpis": {"revenue": [entry(2024, 900, "million"), entry(2023, 1, "million", currency="USD"),
                                    entry(2023, 1, "million", period="Q4"), entry(2022, 0, "million")]}}
-    assert review_reasons(unlike, evidence={}, rules=rules) == []  # other currency, other period, zero base
+    assert review_reasons(unlike, evidence={}, rules=rules) == []  # other currency, other period
+    from_zero = {"kpis": {"revenue": [entry(2024, 900, "million"), entry(2023, 0, "million")]}}
+    assert review_reasons(from_zero, evidence={}, rules=rules) == []  # no change can be computed from zero
 
 
 def test_a_negative_revenue(pages: dict[int, str]) -> None:

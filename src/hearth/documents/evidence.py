@@ -3,7 +3,8 @@
 Both sides are first brought to one form by :func:`normalise`, then :func:`check_quote` looks for the
 quote in the page:
 
-* ``exact`` — the normalised quote occurs in the normalised page (ignoring letter case); score 1.0.
+* ``exact`` — the normalised quote occurs in the normalised page (ignoring letter case), and does not
+  begin or end inside a longer number there (``1234`` is not in ``12345``); score 1.0.
 * ``fuzzy`` — it does not, but some stretch of the page is similar: the best window's
   ``difflib`` ratio (2·matches / total length) is at least :data:`FUZZY_THRESHOLD` (0.85) **and** every
   number in the quote occurs among the numbers of that stretch (``60,922`` = ``60922``; a quote that
@@ -97,8 +98,10 @@ def check_quote(quote: str, page_text: str) -> QuoteMatch:
         return QuoteMatch("not_found", 0.0, reason="empty_page")
     qf, pf = _fold(q), _fold(p)
     at = pf.find(qf)
-    if at >= 0:
-        return QuoteMatch("exact", 1.0, (at, at + len(q)), p[at: at + len(q)])
+    while at >= 0:
+        if not _cuts_a_number(q, p, at, at + len(q)):
+            return QuoteMatch("exact", 1.0, (at, at + len(q)), p[at: at + len(q)])
+        at = pf.find(qf, at + 1)
     if len(q) < MIN_FUZZY_CHARS:
         return QuoteMatch("not_found", 0.0, reason="too_short")
     best = _best_window(qf, pf)
@@ -184,6 +187,13 @@ def _numbers_agree(q: str, p: str, start: int, end: int) -> bool:
     while end < len(p) and _in_number(p, end):
         end += 1
     return not (wanted - _numbers(p[start:end]))
+
+
+def _cuts_a_number(q: str, p: str, start: int, end: int) -> bool:
+    """Whether the quote, placed at ``p[start:end]``, begins or ends inside a longer number of the page
+    (``totalled 1234`` in ``totalled 12345``): then it is not the page's figure."""
+    return bool((q[0].isdigit() and start > 0 and _in_number(p, start - 1))
+                or (q[-1].isdigit() and end < len(p) and _in_number(p, end)))
 
 
 def _in_number(p: str, i: int) -> bool:
