@@ -208,6 +208,9 @@ class Evidence:
     less); ``out_of_range`` (beyond the document). ``match`` is None unless the page is ``ok``.
     ``found_on_pages`` lists other pages where the quote is (exact or fuzzy) when it is not on the cited
     one — a reviewer's first hint. ``context`` is the normalised page text around the match.
+    ``value_in_quote``: for a numeric value, whether the quote prints that number (its absolute value:
+    a loss may be printed ``(1,234)``); None for any other value. A right quote with a wrong value is
+    caught by this, not by the quote check.
     """
 
     value: Any
@@ -217,6 +220,7 @@ class Evidence:
     match: QuoteMatch | None
     found_on_pages: tuple[int, ...] = ()
     context: str = ""
+    value_in_quote: bool | None = None
 
     @property
     def found(self) -> bool:
@@ -230,7 +234,8 @@ class Evidence:
         return {"value": self.value, "source_page": self.source_page, "quote": self.quote,
                 "page_status": self.page_status, "kind": self.kind,
                 "match": self.match.as_dict() if self.match else None,
-                "found_on_pages": list(self.found_on_pages), "context": self.context}
+                "found_on_pages": list(self.found_on_pages), "context": self.context,
+                "value_in_quote": self.value_in_quote}
 
 
 def check_value(value: Any, *, source_page: Any, quote: str | None, pages: Mapping[int, str],
@@ -242,7 +247,6 @@ def check_value(value: Any, *, source_page: Any, quote: str | None, pages: Mappi
     """
     quote = quote if isinstance(quote, str) else ""
     page = _page_number(source_page)
-    number = page if isinstance(page, int) else None
     if page is None:
         status: PageStatus = "missing"
     elif page <= 0:
@@ -259,8 +263,27 @@ def check_value(value: Any, *, source_page: Any, quote: str | None, pages: Mappi
     if match is not None and match.span is not None and page is not None:
         text = normalise(pages[page])
         context = text[max(0, match.span[0] - CONTEXT_CHARS): match.span[1] + CONTEXT_CHARS]
-    return Evidence(value=value, source_page=number, quote=quote, page_status=status, match=match,
-                    found_on_pages=elsewhere, context=context)
+    return Evidence(value=value, source_page=page, quote=quote, page_status=status, match=match,
+                    found_on_pages=elsewhere, context=context, value_in_quote=value_in_quote(value, quote))
+
+
+def value_in_quote(value: Any, quote: str) -> bool | None:
+    """Whether the number ``value`` is printed in ``quote`` (after :func:`normalise`: ``５６７`` and
+    ``60,922`` are numbers; the sign is ignored); None when ``value`` is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    wanted = abs(float(value))
+    return any(abs(n - wanted) <= 1e-9 * max(1.0, wanted) for n in _floats(normalise(quote)))
+
+
+def _floats(text: str) -> list[float]:
+    out = []
+    for token in _numbers(text):
+        try:
+            out.append(float(token))
+        except ValueError:  # 2024.12.31
+            continue
+    return out
 
 
 def _page_number(raw: Any) -> int | None:
