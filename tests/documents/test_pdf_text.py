@@ -156,3 +156,15 @@ def test_pages_come_back_the_same_across_reopening_windows(monkeypatch: pytest.M
 def test_a_pdf_with_only_an_owner_password_opens_and_is_parsed() -> None:
     parsed = parse_pdf(pdf_factory.owner_password_pdf(), max_pages=1)
     assert parsed.pages[0].text == "Permissions only, no user password."
+
+
+def test_an_ocr_engine_that_raises_leaves_pdfium_usable() -> None:
+    class Broken:
+        def recognize(self, image: PageImage) -> str:
+            raise RuntimeError("engine down")
+
+    with pytest.raises(RuntimeError, match="engine down"):
+        parse_pdf(pdf_factory.mixed_pdf(), max_pages=5, ocr=Broken())
+    assert pdf_text.PDFIUM_LOCK.acquire(blocking=False)  # released
+    pdf_text.PDFIUM_LOCK.release()
+    assert parse_pdf(pdf_factory.mixed_pdf(), max_pages=5).page_count == 3

@@ -55,7 +55,6 @@ _QUOTES_AND_DASHES = str.maketrans({
 })
 
 
-@lru_cache(maxsize=512)
 def normalise(text: str) -> str:
     """One comparable form of ``text``: invisible characters removed; every run of whitespace (line
     breaks included) → one space, and a space next to a CJK character or full-width Chinese punctuation removed —
@@ -63,6 +62,19 @@ def normalise(text: str) -> str:
     one, and ``收入 1,234 亿元`` / ``收入1,234亿元`` (both written) compare equal; then Unicode NFKC
     (full-width letters, digits and punctuation become ASCII, ligatures split), curly and corner quotes
     → ``'`` / ``"``, every dash and minus sign → ``-``; trimmed."""
+    # the same page is normalised once per value citing it: cached, but only texts of a page's usual size
+    return _normalise_cached(text) if len(text) <= _CACHED_CHARS else _normalise(text)
+
+
+_CACHED_CHARS = 20_000
+
+
+@lru_cache(maxsize=512)
+def _normalise_cached(text: str) -> str:
+    return _normalise(text)
+
+
+def _normalise(text: str) -> str:
     text = _WHITESPACE.sub(" ", text.translate(_INVISIBLE))
     text = unicodedata.normalize("NFKC", _SPACE_NEXT_TO_CJK.sub("", text)).translate(_QUOTES_AND_DASHES)
     return _SPACE_NEXT_TO_CJK.sub("", _WHITESPACE.sub(" ", text)).strip()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,14 +86,15 @@ def extract_tables(data: bytes, *, pages: Sequence[int] | None = None, column_ga
         wrong = [n for n in numbers if not 1 <= n <= count]
         if wrong:
             raise ValueError(f"pages {wrong} are not in the document (1..{count})")
-        for number, page in each_page(data, numbers):
-            textpage = page.get_textpage()
-            try:
-                chars = _chars(textpage)
-            finally:
-                textpage.close()
-            lines = [_line(group, column_gap) for group in _group_lines(chars)]
-            found += [Table(page=number, rows=rows) for rows in _tables(lines, min_rows)]
+        with closing(each_page(data, numbers)) as each:
+            for number, page in each:
+                textpage = page.get_textpage()
+                try:
+                    chars = _chars(textpage)
+                finally:
+                    textpage.close()
+                lines = [_line(group, column_gap) for group in _group_lines(chars)]
+                found += [Table(page=number, rows=rows) for rows in _tables(lines, min_rows)]
     return found
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Generator, Iterator, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -109,14 +109,17 @@ def parse_pdf(data: bytes, *, max_pages: int, ocr: OcrEngine | None = None, ocr_
         with open_pdf(data) as pdf:
             count = len(pdf)
         check_page_count(count, max_pages)
-        pages = [_page_text(page, number, ocr=ocr, ocr_dpi=ocr_dpi)
-                 for number, page in each_page(data, range(1, count + 1))]
+        # closing(): PDFium objects are released here, under the lock, even when a page (or the OCR
+        # engine) raises — not whenever the exception's traceback lets go of the generator
+        with closing(each_page(data, range(1, count + 1))) as each:
+            pages = [_page_text(page, number, ocr=ocr, ocr_dpi=ocr_dpi) for number, page in each]
         return ParsedPdf(page_count=count, pages=pages)
 
 
-def each_page(data: bytes, numbers: Sequence[int]) -> Iterator[tuple[int, Any]]:
+def each_page(data: bytes, numbers: Sequence[int]) -> Generator[tuple[int, Any], None, None]:
     """``(number, pypdfium2 page)`` for the 1-based ``numbers``, in turn; each page is closed once the
-    loop moves on. The caller holds :data:`PDFIUM_LOCK` and uses the page only inside its iteration.
+    loop moves on. The caller holds :data:`PDFIUM_LOCK`, uses the page only inside its iteration, and
+    wraps the generator in :func:`contextlib.closing` so an exception releases PDFium's objects at once.
 
     PDFium keeps every object it loaded (content streams, inline images) until the document is closed:
     the document is reopened every :data:`REOPEN_EVERY` pages, which bounds that to a window of pages
