@@ -102,17 +102,16 @@ def _chars(textpage: Any) -> list[_Char]:
     raw = textpage.raw
     x, y = ctypes.c_double(), ctypes.c_double()
     rect = pdfium_c.FS_RECTF()
+    px, py, prect = ctypes.byref(x), ctypes.byref(y), ctypes.byref(rect)
+    unicode, origin, box, font_size = (pdfium_c.FPDFText_GetUnicode, pdfium_c.FPDFText_GetCharOrigin,
+                                       pdfium_c.FPDFText_GetLooseCharBox, pdfium_c.FPDFText_GetFontSize)
     out = []
     for i in range(int(pdfium_c.FPDFText_CountChars(raw))):
-        code = int(pdfium_c.FPDFText_GetUnicode(raw, i))
-        if code in _SKIP or chr(code).isspace():
+        code = unicode(raw, i)
+        if code in _SKIP or chr(code).isspace() or not origin(raw, i, px, py) or not box(raw, i, prect):
             continue
-        if not pdfium_c.FPDFText_GetCharOrigin(raw, i, ctypes.byref(x), ctypes.byref(y)):
-            continue
-        if not pdfium_c.FPDFText_GetLooseCharBox(raw, i, ctypes.byref(rect)):
-            continue
-        size = float(pdfium_c.FPDFText_GetFontSize(raw, i)) or max(float(rect.top - rect.bottom), 1.0)
-        out.append(_Char(chr(code), x.value, y.value, float(rect.left), float(rect.right), size))
+        size = font_size(raw, i) or max(rect.top - rect.bottom, 1.0)
+        out.append(_Char(chr(code), x.value, y.value, rect.left, rect.right, size))
     return out
 
 
