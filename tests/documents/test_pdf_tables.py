@@ -65,3 +65,8 @@ def test_tables_are_the_same_across_reopening_windows(monkeypatch: pytest.Monkey
     monkeypatch.setattr(pdf_text, "REOPEN_EVERY", 4)
     tables = extract_tables(pdf_factory.financial_report(), pages=[1, 2, 3, 8, 9, 10, 20])
     assert tables == [Table(page=pdf_factory.FINANCIAL_TABLE_PAGE, rows=pdf_factory.TABLE_ROWS)]
+
+
+def test_a_table_as_plain_json() -> None:
+    assert extract_tables(pdf_factory.chinese_table_pdf())[0].as_dict() == {
+        "page": 1, "rows": pdf_factory.CHINESE_TABLE_ROWS}

@@ -3,6 +3,7 @@ an optional OCR engine, and the three refusals (corrupt, encrypted, too many pag
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -168,3 +169,9 @@ def test_an_ocr_engine_that_raises_leaves_pdfium_usable() -> None:
     assert pdf_text.PDFIUM_LOCK.acquire(blocking=False)  # released
     pdf_text.PDFIUM_LOCK.release()
     assert parse_pdf(pdf_factory.mixed_pdf(), max_pages=5).page_count == 3
+
+
+def test_a_parsed_pdf_round_trips_through_json() -> None:
+    parsed = parse_pdf(pdf_factory.mixed_pdf(), max_pages=5, ocr=_RecordingOcr("ocr text here"))
+    again = pdf_text.ParsedPdf.from_dict(json.loads(json.dumps(parsed.as_dict())))
+    assert again == parsed and again.pages[1].from_ocr

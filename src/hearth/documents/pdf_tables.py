@@ -46,6 +46,9 @@ class Table:
     page: int
     rows: list[list[str]]
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"page": self.page, "rows": [list(r) for r in self.rows]}
+
 
 @dataclass(slots=True)
 class _Char:

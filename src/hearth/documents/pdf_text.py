@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -75,6 +75,19 @@ class ParsedPdf:
     @property
     def pages_needing_ocr(self) -> list[int]:
         return [p.number for p in self.pages if p.needs_ocr]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON (a step's stored output, so a later step never parses the PDF again)."""
+        return {"page_count": self.page_count,
+                "pages": [{"number": p.number, "text": p.text, "needs_ocr": p.needs_ocr, "chars": p.chars,
+                           "from_ocr": p.from_ocr} for p in self.pages]}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ParsedPdf:
+        return cls(page_count=int(raw["page_count"]),
+                   pages=[PageText(number=int(p["number"]), text=str(p["text"]), needs_ocr=bool(p["needs_ocr"]),
+                                   chars=int(p["chars"]), from_ocr=bool(p.get("from_ocr", False)))
+                          for p in raw["pages"]])
 
 
 @dataclass(frozen=True, slots=True)
