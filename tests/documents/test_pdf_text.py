@@ -11,6 +11,7 @@ import pytest
 from hearth.documents import pdf_text
 from hearth.documents.pdf_text import PageImage, parse_pdf
 from hearth.errors import CATALOG, HearthError
+from hearth.tasks.retry import classify
 from tests.documents import pdf_factory
 
 
@@ -101,10 +102,11 @@ def test_more_pages_than_allowed_is_refused_with_the_counts() -> None:
     assert parse_pdf(data, max_pages=5).page_count == 5
 
 
-def test_the_new_error_codes_are_client_errors_in_the_catalog() -> None:
+def test_the_new_error_codes_are_client_errors_the_task_engine_does_not_retry() -> None:
     for code in ("pdf_corrupted", "pdf_encrypted", "document_too_many_pages"):
         spec = CATALOG[code]
         assert 400 <= spec.status < 500 and not spec.retryable
+        assert classify(HearthError(code)) == ("fail", "input")
 
 
 def test_parsing_from_several_threads_at_once_is_serialised_and_correct() -> None:
