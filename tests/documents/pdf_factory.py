@@ -95,14 +95,18 @@ def truncated_pdf() -> bytes:
     return english_report(1)[:40]
 
 
-def _draw_image_only_page(c: canvas.Canvas) -> None:
+def _draw_image_only_page(c: canvas.Canvas, *, scan_px: tuple[int, int] | None = None) -> None:
+    """Shapes and an inline image: stripes, or with ``scan_px`` grey noise of that size (a scan's weight)."""
     c.setFillColorRGB(0.8, 0.8, 0.9)
     c.rect(_MARGIN, _HEIGHT / 2, 300, 200, fill=1)
     c.circle(_WIDTH / 2, _HEIGHT / 3, 60, fill=1)
-    image = Image.new("L", (120, 80), color=200)
-    for x in range(0, 120, 4):
-        for y in range(80):
-            image.putpixel((x, y), 30)
+    if scan_px is not None:
+        image = Image.effect_noise(scan_px, 64)
+    else:
+        image = Image.new("L", (120, 80), color=200)
+        for x in range(0, 120, 4):
+            for y in range(80):
+                image.putpixel((x, y), 30)
     c.drawInlineImage(image, _MARGIN, 100, width=240, height=160)
 
 
@@ -274,3 +278,24 @@ def financial_result() -> dict[str, object]:
     return {"company": "Example Corp", "kpis": kpis, "risk_factors": [{
         "title": "Supplier concentration", "text": "A few suppliers make most components.",
         "source_page": risk_page, "quote": risk_text.removeprefix("Risk factor: "), "confidence": 0.9}]}
+
+
+def long_report(pages: int, *, scan_every: int = 0, scan_px: tuple[int, int] | None = None) -> bytes:
+    """``pages`` pages of ~3,000 characters of English prose each (benchmarks); with ``scan_every`` = k,
+    every k-th page is image-only instead (its image ``scan_px`` pixels of noise, if given)."""
+    buffer = io.BytesIO()
+    c = _canvas(buffer)
+    for number, lines in enumerate(english_pages(pages, lines_per_page=40), start=1):
+        if scan_every and number % scan_every == 0:
+            _draw_image_only_page(c, scan_px=scan_px)
+        else:
+            _draw_lines(c, lines, font="Helvetica", size=10)
+        c.showPage()
+    c.save()
+    return buffer.getvalue()
+
+
+def owner_password_pdf() -> bytes:
+    """Encrypted with an owner password only (permissions: no printing); opens without a password."""
+    return text_pdf([["Permissions only, no user password."]],
+                    encrypt=StandardEncryption("", ownerPassword="owner", canPrint=0))

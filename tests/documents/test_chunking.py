@@ -83,3 +83,8 @@ def test_the_financial_report_in_chunks_cites_every_page_once() -> None:
 def test_a_limit_too_small_for_a_header_and_some_text_is_refused() -> None:
     with pytest.raises(ValueError, match="max_chars"):
         chunk_pages([_page(1, "x")], max_chars=50)
+
+
+def test_a_chunk_as_plain_json() -> None:
+    chunk = chunk_pages([_page(2, "Text.")], max_chars=100)[0]
+    assert chunk.as_dict() == {"index": 0, "first_page": 2, "last_page": 2, "text": "[page 2]\nText."}

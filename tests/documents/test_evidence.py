@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hearth.documents.evidence import FUZZY_THRESHOLD, check_quote, check_value, normalise
+from hearth.documents.evidence import FUZZY_THRESHOLD, check_quote, check_value, normalise, value_in_quote
 from hearth.documents.pdf_text import parse_pdf
 from tests.documents import pdf_factory
 
@@ -144,3 +144,37 @@ def test_100_values_against_20_pages_is_fast(report_pages: dict[int, str]) -> No
     elapsed = time.process_time() - started
     assert len(results) == 2000 and sum(r.found for r in results) == 100  # each on its own page only
     assert elapsed < 5.0  # ~0.5 s on the development machine; a generous bound for a loaded CI
+
+
+def test_a_number_cut_short_in_the_quote_does_not_match_the_longer_number_on_the_page() -> None:
+    page = "In the fourth quarter the units shipped in the quarter totalled 12345 across all regions."
+    match = check_quote("the units shipped in the quarter totalled 1234", page)
+    assert (match.kind, match.reason) == ("not_found", "numbers_differ")
+    assert check_quote("the units shipped in the quarter totalled 12,345", page).kind == "fuzzy"
+    assert check_quote("the units shipped in the quarter totalled 12345", page).kind == "exact"
+    assert check_quote("2345 across all regions", page).reason == "numbers_differ"  # cut at the start
+    twice = "Sold 12345 units, then 1234 units."
+    assert check_quote("1234 units", twice).span == (23, 33)  # the second occurrence is the whole number
+
+
+def test_a_quote_sharing_nothing_with_the_page_scores_zero() -> None:
+    match = check_quote("zzzz qqqq xxxx wwww", "Revenue grew in every region.")
+    assert (match.kind, match.score, match.reason, match.span) == ("not_found", 0.0, "below_threshold", None)
+
+
+@pytest.mark.parametrize(("value", "quote", "expected"), [
+    (60922, "Revenue was $60,922 million.", True), (60922.0, "Revenue was $60,922 million.", True),
+    (6092.2, "Revenue was $60,922 million.", False), (11.93, "EPS was $11.93.", True),
+    (567, "净利润：５６７亿元", True), (1234.5, "营业收入为 1,234.5 亿元", True),
+    (-1234, "Net loss of $(1,234) million", True), (5, "Dated 2024.12.31, 5 segments", True),
+    ("60922", "Revenue was $60,922 million.", None), (True, "1", None), (None, "1", None),
+])
+def test_value_in_quote(value: object, quote: str, expected: bool | None) -> None:
+    assert value_in_quote(value, quote) is expected
+
+
+def test_check_value_reports_whether_the_quote_prints_the_value(report_pages: dict[int, str]) -> None:
+    fact = pdf_factory.FINANCIAL_FACTS[0]
+    assert check_value(fact.value, source_page=4, quote=fact.quote, pages=report_pages).value_in_quote is True
+    wrong = check_value(6092.2, source_page=4, quote=fact.quote, pages=report_pages)
+    assert wrong.found and wrong.value_in_quote is False and wrong.as_dict()["value_in_quote"] is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hearth.documents import pdf_text
 from hearth.documents.pdf_tables import Table, extract_tables
 from hearth.errors import HearthError
 from tests.documents import pdf_factory
@@ -58,3 +59,14 @@ def test_refusals_are_the_parsers() -> None:
         with pytest.raises(HearthError) as caught:
             extract_tables(data)
         assert caught.value.code == code
+
+
+def test_tables_are_the_same_across_reopening_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pdf_text, "REOPEN_EVERY", 4)
+    tables = extract_tables(pdf_factory.financial_report(), pages=[1, 2, 3, 8, 9, 10, 20])
+    assert tables == [Table(page=pdf_factory.FINANCIAL_TABLE_PAGE, rows=pdf_factory.TABLE_ROWS)]
+
+
+def test_a_table_as_plain_json() -> None:
+    assert extract_tables(pdf_factory.chinese_table_pdf())[0].as_dict() == {
+        "page": 1, "rows": pdf_factory.CHINESE_TABLE_ROWS}

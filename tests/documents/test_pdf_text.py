@@ -3,6 +3,7 @@ an optional OCR engine, and the three refusals (corrupt, encrypted, too many pag
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from hearth.documents import pdf_text
 from hearth.documents.pdf_text import PageImage, parse_pdf
 from hearth.errors import CATALOG, HearthError
+from hearth.tasks.retry import classify
 from tests.documents import pdf_factory
 
 
@@ -100,10 +102,11 @@ def test_more_pages_than_allowed_is_refused_with_the_counts() -> None:
     assert parse_pdf(data, max_pages=5).page_count == 5
 
 
-def test_the_new_error_codes_are_client_errors_in_the_catalog() -> None:
+def test_the_new_error_codes_are_client_errors_the_task_engine_does_not_retry() -> None:
     for code in ("pdf_corrupted", "pdf_encrypted", "document_too_many_pages"):
         spec = CATALOG[code]
         assert 400 <= spec.status < 500 and not spec.retryable
+        assert classify(HearthError(code)) == ("fail", "input")
 
 
 def test_parsing_from_several_threads_at_once_is_serialised_and_correct() -> None:
@@ -142,3 +145,35 @@ def test_the_lock_is_held_while_pdfium_runs() -> None:
 def test_max_pages_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_pages"):
         parse_pdf(pdf_factory.english_report(1), max_pages=0)
+
+
+def test_pages_come_back_the_same_across_reopening_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = pdf_factory.mixed_pdf()
+    whole = parse_pdf(data, max_pages=5)
+    monkeypatch.setattr(pdf_text, "REOPEN_EVERY", 2)
+    assert parse_pdf(data, max_pages=5) == whole
+    monkeypatch.setattr(pdf_text, "REOPEN_EVERY", 1)
+    assert parse_pdf(data, max_pages=5) == whole
+
+
+def test_a_pdf_with_only_an_owner_password_opens_and_is_parsed() -> None:
+    parsed = parse_pdf(pdf_factory.owner_password_pdf(), max_pages=1)
+    assert parsed.pages[0].text == "Permissions only, no user password."
+
+
+def test_an_ocr_engine_that_raises_leaves_pdfium_usable() -> None:
+    class Broken:
+        def recognize(self, image: PageImage) -> str:
+            raise RuntimeError("engine down")
+
+    with pytest.raises(RuntimeError, match="engine down"):
+        parse_pdf(pdf_factory.mixed_pdf(), max_pages=5, ocr=Broken())
+    assert pdf_text.PDFIUM_LOCK.acquire(blocking=False)  # released
+    pdf_text.PDFIUM_LOCK.release()
+    assert parse_pdf(pdf_factory.mixed_pdf(), max_pages=5).page_count == 3
+
+
+def test_a_parsed_pdf_round_trips_through_json() -> None:
+    parsed = parse_pdf(pdf_factory.mixed_pdf(), max_pages=5, ocr=_RecordingOcr("ocr text here"))
+    again = pdf_text.ParsedPdf.from_dict(json.loads(json.dumps(parsed.as_dict())))
+    assert again == parsed and again.pages[1].from_ocr

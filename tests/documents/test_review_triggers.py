@@ -93,6 +93,17 @@ def test_a_fuzzy_quote_passes_unless_fuzzy_is_not_accepted(pages: dict[int, str]
     assert [(r.code, r.details["kind"]) for r in reasons] == [(EVIDENCE_NOT_FOUND, "fuzzy")]
 
 
+def test_a_value_its_quote_does_not_print(pages: dict[int, str]) -> None:
+    result = _result()
+    result["kpis"]["revenue"][0]["value"] = 6092.2  # the quote says 60,922
+    reasons = _reasons(result, pages)
+    assert [(r.code, r.field, r.details["rule"]) for r in reasons] == [
+        (EVIDENCE_NOT_FOUND, "/kpis/revenue/0", "value_not_in_quote")]
+    assert reasons[0].details["kind"] == "exact" and reasons[0].details["value"] == 6092.2
+    assert _reasons(result, pages, rules=ReviewRules(value_in_quote=False)) == []
+    assert _reasons(result, pages, rules=_off(EVIDENCE_NOT_FOUND)) == []
+
+
 def test_evidence_that_was_not_checked_is_a_reason() -> None:
     result = _result()
     reasons = review_reasons(result, evidence={})
@@ -103,7 +114,6 @@ def test_evidence_that_was_not_checked_is_a_reason() -> None:
 def test_a_year_over_year_change_beyond_the_limit(pages: dict[int, str]) -> None:
     result = _result()
     result["kpis"]["revenue"][1]["value"] = 9000.0  # 60,922 against 9,000: +577 %
-    result["kpis"]["revenue"][1]["quote"] = "Revenue for fiscal year 2023 was $26,974 million."  # evidence still ok
     reasons = [r for r in _reasons(result, pages) if r.code == KPI_ANOMALY]
     assert [(r.field, r.details["rule"]) for r in reasons] == [("/kpis/revenue/0", "yoy_change")]
     assert reasons[0].details["change"] == pytest.approx(5.769, abs=1e-3)
@@ -125,7 +135,9 @@ def test_year_over_year_compares_scaled_values_and_only_like_with_like() -> None
     assert [r.details["change"] for r in review_reasons(drop, evidence={}, rules=rules)] == [-7.0]
     unlike = {"kpis": {"revenue": [entry(2024, 900, "million"), entry(2023, 1, "million", currency="USD"),
                                    entry(2023, 1, "million", period="Q4"), entry(2022, 0, "million")]}}
-    assert review_reasons(unlike, evidence={}, rules=rules) == []  # other currency, other period, zero base
+    assert review_reasons(unlike, evidence={}, rules=rules) == []  # other currency, other period
+    from_zero = {"kpis": {"revenue": [entry(2024, 900, "million"), entry(2023, 0, "million")]}}
+    assert review_reasons(from_zero, evidence={}, rules=rules) == []  # no change can be computed from zero
 
 
 def test_a_negative_revenue(pages: dict[int, str]) -> None:
@@ -188,8 +200,11 @@ def test_every_trigger_at_once_in_trigger_order_and_all_switched_off(pages: dict
     result["kpis"]["eps"][0]["confidence"] = 0.5
     result["risk_factors"][0]["text"] = "Fraud by a supplier."
     reasons = _reasons(result, pages, schema_errors=("x",))
-    assert [r.code for r in reasons] == [SOURCE_PAGE_MISSING, EVIDENCE_NOT_FOUND, KPI_ANOMALY, KPI_ANOMALY,
-                                         LOW_CONFIDENCE, SCHEMA_INVALID, RISK_FACTOR_BLOCKED]
+    assert [(r.code, r.field) for r in reasons] == [
+        (SOURCE_PAGE_MISSING, "/kpis/revenue/0"), (EVIDENCE_NOT_FOUND, "/kpis/revenue/1"),  # -1 is not in its quote
+        (EVIDENCE_NOT_FOUND, "/kpis/net_income/0"), (KPI_ANOMALY, "/kpis/revenue/1"),  # negative
+        (KPI_ANOMALY, "/kpis/revenue/0"), (LOW_CONFIDENCE, "/kpis/eps/0"), (SCHEMA_INVALID, None),  # from -1
+        (RISK_FACTOR_BLOCKED, "/risk_factors/0")]
     assert [r.as_dict()["code"] for r in reasons] == [r.code for r in reasons]
     everything_off = ReviewRules(**{code: False for code in TRIGGER_CODES})
     assert _reasons(result, pages, schema_errors=("x",), rules=everything_off) == []

@@ -29,6 +29,9 @@ class Chunk:
     last_page: int
     text: str
 
+    def as_dict(self) -> dict[str, int | str]:
+        return {"index": self.index, "first_page": self.first_page, "last_page": self.last_page, "text": self.text}
+
 
 def page_header(number: int, *, continued: bool = False) -> str:
     return f"[page {number}, continued]\n" if continued else f"[page {number}]\n"

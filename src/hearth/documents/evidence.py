@@ -3,7 +3,8 @@
 Both sides are first brought to one form by :func:`normalise`, then :func:`check_quote` looks for the
 quote in the page:
 
-* ``exact`` — the normalised quote occurs in the normalised page (ignoring letter case); score 1.0.
+* ``exact`` — the normalised quote occurs in the normalised page (ignoring letter case), and does not
+  begin or end inside a longer number there (``1234`` is not in ``12345``); score 1.0.
 * ``fuzzy`` — it does not, but some stretch of the page is similar: the best window's
   ``difflib`` ratio (2·matches / total length) is at least :data:`FUZZY_THRESHOLD` (0.85) **and** every
   number in the quote occurs among the numbers of that stretch (``60,922`` = ``60922``; a quote that
@@ -54,7 +55,6 @@ _QUOTES_AND_DASHES = str.maketrans({
 })
 
 
-@lru_cache(maxsize=512)
 def normalise(text: str) -> str:
     """One comparable form of ``text``: invisible characters removed; every run of whitespace (line
     breaks included) → one space, and a space next to a CJK character or full-width Chinese punctuation removed —
@@ -62,6 +62,19 @@ def normalise(text: str) -> str:
     one, and ``收入 1,234 亿元`` / ``收入1,234亿元`` (both written) compare equal; then Unicode NFKC
     (full-width letters, digits and punctuation become ASCII, ligatures split), curly and corner quotes
     → ``'`` / ``"``, every dash and minus sign → ``-``; trimmed."""
+    # the same page is normalised once per value citing it: cached, but only texts of a page's usual size
+    return _normalise_cached(text) if len(text) <= _CACHED_CHARS else _normalise(text)
+
+
+_CACHED_CHARS = 20_000
+
+
+@lru_cache(maxsize=512)
+def _normalise_cached(text: str) -> str:
+    return _normalise(text)
+
+
+def _normalise(text: str) -> str:
     text = _WHITESPACE.sub(" ", text.translate(_INVISIBLE))
     text = unicodedata.normalize("NFKC", _SPACE_NEXT_TO_CJK.sub("", text)).translate(_QUOTES_AND_DASHES)
     return _SPACE_NEXT_TO_CJK.sub("", _WHITESPACE.sub(" ", text)).strip()
@@ -97,8 +110,10 @@ def check_quote(quote: str, page_text: str) -> QuoteMatch:
         return QuoteMatch("not_found", 0.0, reason="empty_page")
     qf, pf = _fold(q), _fold(p)
     at = pf.find(qf)
-    if at >= 0:
-        return QuoteMatch("exact", 1.0, (at, at + len(q)), p[at: at + len(q)])
+    while at >= 0:
+        if not _cuts_a_number(q, p, at, at + len(q)):
+            return QuoteMatch("exact", 1.0, (at, at + len(q)), p[at: at + len(q)])
+        at = pf.find(qf, at + 1)
     if len(q) < MIN_FUZZY_CHARS:
         return QuoteMatch("not_found", 0.0, reason="too_short")
     best = _best_window(qf, pf)
@@ -186,6 +201,13 @@ def _numbers_agree(q: str, p: str, start: int, end: int) -> bool:
     return not (wanted - _numbers(p[start:end]))
 
 
+def _cuts_a_number(q: str, p: str, start: int, end: int) -> bool:
+    """Whether the quote, placed at ``p[start:end]``, begins or ends inside a longer number of the page
+    (``totalled 1234`` in ``totalled 12345``): then it is not the page's figure."""
+    return bool((q[0].isdigit() and start > 0 and _in_number(p, start - 1))
+                or (q[-1].isdigit() and end < len(p) and _in_number(p, end)))
+
+
 def _in_number(p: str, i: int) -> bool:
     return p[i].isdigit() or (p[i] in ",." and 0 < i < len(p) - 1 and p[i - 1].isdigit() and p[i + 1].isdigit())
 
@@ -198,6 +220,9 @@ class Evidence:
     less); ``out_of_range`` (beyond the document). ``match`` is None unless the page is ``ok``.
     ``found_on_pages`` lists other pages where the quote is (exact or fuzzy) when it is not on the cited
     one — a reviewer's first hint. ``context`` is the normalised page text around the match.
+    ``value_in_quote``: for a numeric value, whether the quote prints that number (its absolute value:
+    a loss may be printed ``(1,234)``); None for any other value. A right quote with a wrong value is
+    caught by this, not by the quote check.
     """
 
     value: Any
@@ -207,6 +232,7 @@ class Evidence:
     match: QuoteMatch | None
     found_on_pages: tuple[int, ...] = ()
     context: str = ""
+    value_in_quote: bool | None = None
 
     @property
     def found(self) -> bool:
@@ -220,7 +246,8 @@ class Evidence:
         return {"value": self.value, "source_page": self.source_page, "quote": self.quote,
                 "page_status": self.page_status, "kind": self.kind,
                 "match": self.match.as_dict() if self.match else None,
-                "found_on_pages": list(self.found_on_pages), "context": self.context}
+                "found_on_pages": list(self.found_on_pages), "context": self.context,
+                "value_in_quote": self.value_in_quote}
 
 
 def check_value(value: Any, *, source_page: Any, quote: str | None, pages: Mapping[int, str],
@@ -232,7 +259,6 @@ def check_value(value: Any, *, source_page: Any, quote: str | None, pages: Mappi
     """
     quote = quote if isinstance(quote, str) else ""
     page = _page_number(source_page)
-    number = page if isinstance(page, int) else None
     if page is None:
         status: PageStatus = "missing"
     elif page <= 0:
@@ -249,8 +275,27 @@ def check_value(value: Any, *, source_page: Any, quote: str | None, pages: Mappi
     if match is not None and match.span is not None and page is not None:
         text = normalise(pages[page])
         context = text[max(0, match.span[0] - CONTEXT_CHARS): match.span[1] + CONTEXT_CHARS]
-    return Evidence(value=value, source_page=number, quote=quote, page_status=status, match=match,
-                    found_on_pages=elsewhere, context=context)
+    return Evidence(value=value, source_page=page, quote=quote, page_status=status, match=match,
+                    found_on_pages=elsewhere, context=context, value_in_quote=value_in_quote(value, quote))
+
+
+def value_in_quote(value: Any, quote: str) -> bool | None:
+    """Whether the number ``value`` is printed in ``quote`` (after :func:`normalise`: ``５６７`` and
+    ``60,922`` are numbers; the sign is ignored); None when ``value`` is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    wanted = abs(float(value))
+    return any(abs(n - wanted) <= 1e-9 * max(1.0, wanted) for n in _floats(normalise(quote)))
+
+
+def _floats(text: str) -> list[float]:
+    out = []
+    for token in _numbers(text):
+        try:
+            out.append(float(token))
+        except ValueError:  # 2024.12.31
+            continue
+    return out
 
 
 def _page_number(raw: Any) -> int | None:

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
 import pypdfium2.raw as pdfium_c
 
-from hearth.documents.pdf_text import PDFIUM_LOCK, open_pdf
+from hearth.documents.pdf_text import PDFIUM_LOCK, each_page, open_pdf
 
 _SKIP = frozenset({0, 2, 0xFFFE})
 _LINE_TOLERANCE = 0.3
@@ -44,6 +45,9 @@ class Table:
 
     page: int
     rows: list[list[str]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"page": self.page, "rows": [list(r) for r in self.rows]}
 
 
 @dataclass(slots=True)
@@ -78,24 +82,22 @@ def extract_tables(data: bytes, *, pages: Sequence[int] | None = None, column_ga
     ``ValueError`` for a page number the document does not have.
     """
     found: list[Table] = []
-    with PDFIUM_LOCK, open_pdf(data) as pdf:
-        count = len(pdf)
+    with PDFIUM_LOCK:
+        with open_pdf(data) as pdf:
+            count = len(pdf)
         numbers = list(range(1, count + 1)) if pages is None else list(pages)
         wrong = [n for n in numbers if not 1 <= n <= count]
         if wrong:
             raise ValueError(f"pages {wrong} are not in the document (1..{count})")
-        for number in numbers:
-            page = pdf[number - 1]
-            try:
+        with closing(each_page(data, numbers)) as each:
+            for number, page in each:
                 textpage = page.get_textpage()
                 try:
                     chars = _chars(textpage)
                 finally:
                     textpage.close()
-            finally:
-                page.close()
-            lines = [_line(group, column_gap) for group in _group_lines(chars)]
-            found += [Table(page=number, rows=rows) for rows in _tables(lines, min_rows)]
+                lines = [_line(group, column_gap) for group in _group_lines(chars)]
+                found += [Table(page=number, rows=rows) for rows in _tables(lines, min_rows)]
     return found
 
 
@@ -103,17 +105,16 @@ def _chars(textpage: Any) -> list[_Char]:
     raw = textpage.raw
     x, y = ctypes.c_double(), ctypes.c_double()
     rect = pdfium_c.FS_RECTF()
+    px, py, prect = ctypes.byref(x), ctypes.byref(y), ctypes.byref(rect)
+    unicode, origin, box, font_size = (pdfium_c.FPDFText_GetUnicode, pdfium_c.FPDFText_GetCharOrigin,
+                                       pdfium_c.FPDFText_GetLooseCharBox, pdfium_c.FPDFText_GetFontSize)
     out = []
     for i in range(int(pdfium_c.FPDFText_CountChars(raw))):
-        code = int(pdfium_c.FPDFText_GetUnicode(raw, i))
-        if code in _SKIP or chr(code).isspace():
+        code = unicode(raw, i)
+        if code in _SKIP or chr(code).isspace() or not origin(raw, i, px, py) or not box(raw, i, prect):
             continue
-        if not pdfium_c.FPDFText_GetCharOrigin(raw, i, ctypes.byref(x), ctypes.byref(y)):
-            continue
-        if not pdfium_c.FPDFText_GetLooseCharBox(raw, i, ctypes.byref(rect)):
-            continue
-        size = float(pdfium_c.FPDFText_GetFontSize(raw, i)) or max(float(rect.top - rect.bottom), 1.0)
-        out.append(_Char(chr(code), x.value, y.value, float(rect.left), float(rect.right), size))
+        size = font_size(raw, i) or max(rect.top - rect.bottom, 1.0)
+        out.append(_Char(chr(code), x.value, y.value, rect.left, rect.right, size))
     return out
 
 

@@ -1,9 +1,10 @@
 """The text layer of a PDF, page by page, with PDFium (``pypdfium2``).
 
-:func:`parse_pdf` opens the bytes once and walks the pages in order; each page and its text page are
-closed before the next is loaded, and nothing is rendered unless an OCR engine is given (then only the
-pages that need it, one at a time). Memory therefore stays at the document's own structures plus one
-page, whatever the page count.
+:func:`parse_pdf` walks the pages in order; each page and its text page are closed before the next is
+loaded, the document is reopened every :data:`REOPEN_EVERY` pages (PDFium otherwise keeps every content
+stream it loaded until the end), and nothing is rendered unless an OCR engine is given (then only the
+pages that need it, one at a time). Memory therefore stays at the file itself plus a window of pages,
+whatever the page count (bench/BENCHMARKS.md, issue 12).
 
 What it does not do: layout analysis (columns, reading order beyond PDFium's own), tables (see
 :mod:`hearth.documents.pdf_tables`) or OCR by itself. A page whose text layer is empty or almost empty
@@ -24,8 +25,8 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,6 +40,9 @@ PDFIUM_LOCK = threading.RLock()
 
 OCR_CHAR_THRESHOLD = 20
 """A page with fewer non-whitespace characters than this and some drawing on it needs OCR."""
+
+REOPEN_EVERY = 50
+"""Pages read per opening of the document (see :func:`parse_pdf`)."""
 
 _GRAPHIC_OBJECT_TYPES = frozenset({pdfium_c.FPDF_PAGEOBJ_IMAGE, pdfium_c.FPDF_PAGEOBJ_PATH,
                                    pdfium_c.FPDF_PAGEOBJ_SHADING, pdfium_c.FPDF_PAGEOBJ_FORM})
@@ -72,6 +76,19 @@ class ParsedPdf:
     def pages_needing_ocr(self) -> list[int]:
         return [p.number for p in self.pages if p.needs_ocr]
 
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON (a step's stored output, so a later step never parses the PDF again)."""
+        return {"page_count": self.page_count,
+                "pages": [{"number": p.number, "text": p.text, "needs_ocr": p.needs_ocr, "chars": p.chars,
+                           "from_ocr": p.from_ocr} for p in self.pages]}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ParsedPdf:
+        return cls(page_count=int(raw["page_count"]),
+                   pages=[PageText(number=int(p["number"]), text=str(p["text"]), needs_ocr=bool(p["needs_ocr"]),
+                                   chars=int(p["chars"]), from_ocr=bool(p.get("from_ocr", False)))
+                          for p in raw["pages"]])
+
 
 @dataclass(frozen=True, slots=True)
 class PageImage:
@@ -101,17 +118,34 @@ def parse_pdf(data: bytes, *, max_pages: int, ocr: OcrEngine | None = None, ocr_
     """
     if max_pages < 1:
         raise ValueError("max_pages must be at least 1")
-    with PDFIUM_LOCK, open_pdf(data) as pdf:
-        count = len(pdf)
+    with PDFIUM_LOCK:
+        with open_pdf(data) as pdf:
+            count = len(pdf)
         check_page_count(count, max_pages)
-        pages = []
-        for index in range(count):
-            page = _load_page(pdf, index)
-            try:
-                pages.append(_page_text(page, index + 1, ocr=ocr, ocr_dpi=ocr_dpi))
-            finally:
-                page.close()
+        # closing(): PDFium objects are released here, under the lock, even when a page (or the OCR
+        # engine) raises — not whenever the exception's traceback lets go of the generator
+        with closing(each_page(data, range(1, count + 1))) as each:
+            pages = [_page_text(page, number, ocr=ocr, ocr_dpi=ocr_dpi) for number, page in each]
         return ParsedPdf(page_count=count, pages=pages)
+
+
+def each_page(data: bytes, numbers: Sequence[int]) -> Generator[tuple[int, Any], None, None]:
+    """``(number, pypdfium2 page)`` for the 1-based ``numbers``, in turn; each page is closed once the
+    loop moves on. The caller holds :data:`PDFIUM_LOCK`, uses the page only inside its iteration, and
+    wraps the generator in :func:`contextlib.closing` so an exception releases PDFium's objects at once.
+
+    PDFium keeps every object it loaded (content streams, inline images) until the document is closed:
+    the document is reopened every :data:`REOPEN_EVERY` pages, which bounds that to a window of pages
+    (a 48 MB scan-heavy PDF: +52 MB held to the end without, +11 MB with).
+    """
+    for start in range(0, len(numbers), REOPEN_EVERY):
+        with open_pdf(data) as pdf:
+            for number in numbers[start: start + REOPEN_EVERY]:
+                page = _load_page(pdf, number - 1)
+                try:
+                    yield number, page
+                finally:
+                    page.close()
 
 
 def check_page_count(count: int, max_pages: int) -> None:

@@ -7,7 +7,8 @@ code                        fires for
 ==========================  ==================================================================================
 ``source_page_missing``     a KPI entry or risk factor whose ``source_page`` is null, not an integer, or <= 0
 ``evidence_not_found``      a value whose quote is not on the page it cites (``not_found``; with
-                            ``accept_fuzzy=False`` a ``fuzzy`` match too), or whose page is beyond the document
+                            ``accept_fuzzy=False`` a ``fuzzy`` match too), or whose page is beyond the document;
+                            and (``value_in_quote``) a numeric value its quote does not print
 ``kpi_anomaly``             a year-over-year change beyond ±``yoy_change_limit`` (5.0 = ±500 %) between the same
                             KPI, fiscal period and currency in consecutive fiscal years (values scaled by unit;
                             a zero base is skipped), or a negative value of a KPI in ``non_negative_kpis``
@@ -56,6 +57,7 @@ class ReviewRules:
     source_page_missing: bool = True
     evidence_not_found: bool = True
     accept_fuzzy: bool = True
+    value_in_quote: bool = True
     kpi_anomaly: bool = True
     yoy_change_limit: float = 5.0
     non_negative_kpis: tuple[str, ...] = ("revenue",)
@@ -158,6 +160,11 @@ def _evidence(c: CitedValue, ev: Evidence | None, rules: ReviewRules) -> ReviewR
         return ReviewReason(EVIDENCE_NOT_FOUND, c.path, f"The quote of {_label(c)} was not checked.",
                             {"source_page": page, "checked": False})
     if ev.found and (rules.accept_fuzzy or ev.kind == "exact"):
+        if rules.value_in_quote and ev.value_in_quote is False:
+            return ReviewReason(EVIDENCE_NOT_FOUND, c.path,
+                                f"The quote of {_label(c)} does not contain its value {ev.value!r}.",
+                                {"rule": "value_not_in_quote", "source_page": page, "quote": ev.quote,
+                                 "value": ev.value, "kind": ev.kind, "context": ev.context})
         return None
     if ev.page_status == "out_of_range":
         message = f"{_label(c)} cites page {page}, which the document does not have."
@@ -165,7 +172,8 @@ def _evidence(c: CitedValue, ev: Evidence | None, rules: ReviewRules) -> ReviewR
         message = f"The quote of {_label(c)} is not on page {page}" + (
             f" (found on page {', '.join(map(str, ev.found_on_pages))})." if ev.found_on_pages else ".")
     return ReviewReason(EVIDENCE_NOT_FOUND, c.path, message, {
-        "source_page": page, "quote": ev.quote, "kind": ev.kind, "page_status": ev.page_status,
+        "rule": "quote_not_on_page", "source_page": page, "quote": ev.quote, "kind": ev.kind,
+        "page_status": ev.page_status,
         "score": round(ev.match.score, 4) if ev.match else 0.0,
         "reason": ev.match.reason if ev.match else None, "found_on_pages": list(ev.found_on_pages),
         "context": ev.context})
