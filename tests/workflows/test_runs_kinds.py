@@ -3,12 +3,14 @@ SQLite and PostgreSQL, with a manual clock and a real worker executing the tasks
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.errors import HearthError
-from hearth.store.tables import tasks
+from hearth.store.tables import tasks, workflow_signals
 from hearth.workflows.runs import RunService
 from tests.workflows.run_support import (
     clock_of,
@@ -67,6 +69,24 @@ async def test_a_signal_sent_before_the_step_waits_is_kept_and_taken_when_it_doe
     assert view["state"] == "succeeded"
     assert step(view, "paid")["output"] == {"amount": 12}
     assert step(view, "ship")["output"] == {"echo": {"amount": 12}}
+
+
+async def test_signals_sent_at_once_to_one_wait_step_keep_exactly_one(runs: RunService) -> None:
+    """Ten senders race for the one wait step (not yet waiting): one signal is kept, nine are refused."""
+    await register(runs, [
+        {"id": "gate", "kind": "approval", "timeout_s": 600},
+        {"id": "paid", "kind": "wait", "event": "payment", "needs": ["gate"]},
+    ])
+    run_id = await start(runs)
+    outcomes = await asyncio.gather(*[runs.signal(run_id, event="payment", payload={"n": i}) for i in range(10)],
+                                    return_exceptions=True)
+    kept = [o for o in outcomes if isinstance(o, dict)]
+    refused = [o for o in outcomes if isinstance(o, HearthError)]
+    assert len(kept) == 1 and len(refused) == 9, outcomes
+    assert {r.code for r in refused} == {"workflow_signal_unexpected"}
+    async with runs.engine.connect() as conn:
+        assert (await conn.execute(select(func.count()).select_from(workflow_signals).where(
+            workflow_signals.c.run_id == run_id))).scalar_one() == 1
 
 
 async def test_a_signal_to_a_waiting_step_is_taken_at_once_and_one_after_is_refused(runs: RunService) -> None:

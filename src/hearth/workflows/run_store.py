@@ -13,7 +13,7 @@ writes them with the epoch moved on and its audit row, in one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,19 +235,37 @@ async def cancel_run(engine: AsyncEngine, run_id: str, *, error: dict[str, Any],
     return running
 
 
-async def add_signal(engine: AsyncEngine, run_id: str, *, event: str, payload: Any, now: float) -> int:
+@dataclass(frozen=True, slots=True)
+class SignalRoom:
+    """What decided whether a signal was kept: the run's state, its wait steps for the event not yet ended, and
+    the signals already kept for them; ``signal_id`` when it was kept."""
+
+    run_state: str | None
+    open_waits: int
+    kept: int
+    signal_id: int | None = None
+
+
+async def add_signal(engine: AsyncEngine, run_id: str, *, event: str, payload: Any, waits: Collection[str],
+                     now: float) -> SignalRoom:
+    """Keep the signal if a step can still take it — the run is running or paused and its wait steps ``waits``
+    (those for ``event``) not yet ended outnumber the signals already kept for the event — deciding and inserting
+    in one transaction under the run row's lock, so senders racing for one wait step keep exactly one signal."""
     async with write_transaction(engine) as conn:
+        state = (await conn.execute(update(workflow_runs).where(_runs.id == run_id).values(
+            updated_at=_runs.updated_at).returning(_runs.state))).scalar()
+        open_waits = int((await conn.execute(select(func.count()).select_from(workflow_steps).where(
+            _steps.run_id == run_id, _steps.step_id.in_(list(waits)),
+            _steps.state.in_(("waiting", "running"))))).scalar_one()) if waits else 0
+        kept = int((await conn.execute(select(func.count()).select_from(workflow_signals).where(
+            _signals.run_id == run_id, _signals.event == event, _signals.consumed_by.is_(None)))).scalar_one())
+        if state not in ("running", "paused") or open_waits <= kept:
+            return SignalRoom(state, open_waits, kept)
         result = await conn.execute(workflow_signals.insert().values(run_id=run_id, event=event, payload=payload,
                                                                      created_at=now))
         key = result.inserted_primary_key
         assert key is not None
-        return int(key[0])
-
-
-async def untaken_signals(engine: AsyncEngine, run_id: str, event: str) -> int:
-    async with engine.connect() as conn:
-        return int((await conn.execute(select(func.count()).select_from(workflow_signals).where(
-            _signals.run_id == run_id, _signals.event == event, _signals.consumed_by.is_(None)))).scalar_one())
+        return SignalRoom(state, open_waits, kept, int(key[0]))
 
 
 async def signal_row(engine: AsyncEngine, signal_id: int) -> dict[str, Any]:

@@ -92,20 +92,20 @@ class RunService:
         run = await self.get(run_id)
         _, plan = await self._plan(run["workflow"], run["version"])
         waits = {sid for sid, s in plan.steps.items() if isinstance(s, WaitStep) and s.event == event}
-        open_waits = [s for s in run["steps"] if s["step_id"] in waits and s["state"] in ("waiting", "running")]
-        kept = await run_store.untaken_signals(self.engine, run_id, event)
-        if run["state"] not in ("running", "paused") or len(open_waits) <= kept:
-            reason = ("the run is " + run["state"] if run["state"] not in ("running", "paused") else
-                      f"no wait step of the run is left for event `{event}`" if not open_waits else
+        room = await run_store.add_signal(self.engine, run_id, event=event, payload=payload, waits=waits,
+                                          now=self.clock.now())
+        if room.signal_id is None:
+            state = room.run_state or "gone"
+            reason = ("the run is " + state if state not in ("running", "paused") else
+                      f"no wait step of the run is left for event `{event}`" if not room.open_waits else
                       f"every wait step for event `{event}` already has a signal kept for it")
             raise HearthError("workflow_signal_unexpected", f"No step can take this signal: {reason}.",
-                              param="event", details={"run_state": run["state"], "waiting_steps": len(open_waits),
-                                                      "kept_signals": kept})
-        signal_id = await run_store.add_signal(self.engine, run_id, event=event, payload=payload, now=self.clock.now())
+                              param="event", details={"run_state": state, "waiting_steps": room.open_waits,
+                                                      "kept_signals": room.kept})
         await self.advance(run_id)
-        row = await run_store.signal_row(self.engine, signal_id)
+        row = await run_store.signal_row(self.engine, room.signal_id)
         taker = row["consumed_by"].rpartition("#")[0] if row["consumed_by"] else None
-        return {"id": signal_id, "run_id": run_id, "event": event, "created_at": row["created_at"],
+        return {"id": room.signal_id, "run_id": run_id, "event": event, "created_at": row["created_at"],
                 "taken_by": taker}
 
     async def advance_all(self) -> int:
