@@ -73,24 +73,35 @@ def _queues(client: AdminClient) -> tuple[dict[str, QueueCount], list[dict[str, 
     return dict(sorted(queues.items())), running, running_capped
 
 
+def _lease_holder(client: AdminClient, task: dict[str, Any]) -> tuple[str, str | None] | None:
+    """(worker, claimed at) of a running task's current attempt: its claim event names the worker (the
+    attempt's own row is written only when the attempt ends). None if the task is gone."""
+    try:
+        events = client.get(f"/api/v1/ai/tasks/{quote(task['task_id'])}/events", format="json")["events"]
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    claims = [e for e in events if e["kind"] == "state" and e["state"] == "running"
+              and e["attempt"] == task["attempt"] and (e.get("detail") or {}).get("worker")]
+    if not claims:
+        return "?", None
+    return str(claims[-1]["detail"]["worker"]), claims[-1]["at"]
+
+
 def _workers(client: AdminClient, running: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Workers holding leases: each running task's current attempt names its worker."""
+    """Workers holding leases, from the running tasks (the newest MAX_LEASE_LOOKUPS of them)."""
     workers: dict[str, dict[str, Any]] = {}
     for t in running[:MAX_LEASE_LOOKUPS]:
-        try:
-            detail = client.get(f"/api/v1/ai/tasks/{quote(t['task_id'])}")
-        except ApiError as exc:
-            if exc.status == 404:
-                continue  # gone meanwhile
-            raise
-        attempts = [a for a in detail.get("attempts") or [] if a["attempt"] == detail["attempt"]]
-        name = (attempts[0]["worker"] if attempts else None) or "?"
-        w = workers.setdefault(name, {"running": 0, "queues": set(), "oldest_started_at": None})
+        holder = _lease_holder(client, t)
+        if holder is None:
+            continue
+        name, claimed_at = holder
+        w = workers.setdefault(name, {"running": 0, "queues": set(), "oldest_claimed_at": None})
         w["running"] += 1
-        w["queues"].add(detail["queue"])
-        started = attempts[0]["started_at"] if attempts else None
-        if started and (w["oldest_started_at"] is None or started < w["oldest_started_at"]):
-            w["oldest_started_at"] = started
+        w["queues"].add(t["queue"])
+        if claimed_at and (w["oldest_claimed_at"] is None or claimed_at < w["oldest_claimed_at"]):
+            w["oldest_claimed_at"] = claimed_at
     return {k: {**v, "queues": sorted(v["queues"])} for k, v in sorted(workers.items())}
 
 
@@ -195,7 +206,7 @@ def _render(data: dict[str, Any]) -> None:
         workers = table("workers (from the leases of running tasks)", ["WORKER", "RUNNING", "QUEUES", "LONGEST"])
         for name, w in data["workers"].items():
             workers.add_row(cell(name), str(w["running"]), ", ".join(w["queues"]),
-                            age(w["oldest_started_at"], now=data["at"]))
+                            age(w["oldest_claimed_at"], now=data["at"]))
         out.print(workers)
         if data["workers_partial"]:
             out.print(f"(workers of the newest {MAX_LEASE_LOOKUPS} running tasks only)")
