@@ -42,6 +42,8 @@ def test_ls_lists_newest_first_with_filters_and_pages(idle_server: Any, tmp_path
     assert f"--cursor {page['next_cursor']}" in human.stdout
     assert ok_json(hearth(["tasks", "ls", "--state", "running", "--json"], idle_server, tmp_path))["tasks"] == []
     assert "no tasks" in hearth(["tasks", "ls", "--queue", "elsewhere"], idle_server, tmp_path).stdout
+    narrow = hearth(["tasks", "ls"], idle_server, tmp_path, env={"COLUMNS": "60"})
+    assert all(task_id in narrow.stdout for task_id in ids)  # rows stay whole: ids are never cut
 
 
 def test_show_and_cancel(idle_server: Any, tmp_path: Path) -> None:

@@ -38,13 +38,32 @@ def print_json(data: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str]) -> Table:
+    """A table whose cells stay whole, one row per line (ids must stay copyable): print it with :func:`show`."""
     from rich import box
     from rich.table import Table
 
     out = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", header_style="bold")
     for name in columns:
-        out.add_column(name, overflow="fold")
+        out.add_column(name, no_wrap=True)
     return out
+
+
+def show(out: Console, rows: Table) -> None:
+    """Print a table at its natural width even when the terminal is narrower (the terminal wraps the long
+    lines; a pipe to ``grep`` gets whole rows), rather than truncating ids and states."""
+    natural = out.measure(rows, options=out.options.update_width(10_000)).maximum
+    if natural > out.width:
+        out.width = natural  # print() clamps its own width argument to the console's
+    out.print(rows, crop=False)
+
+
+def until(value: str | float | None, *, now: float | None = None) -> str:
+    """How long from now: ``in 23h59m`` (``overdue 5m`` when past, ``-`` when unknown)."""
+    at = parse_time(value)
+    if at is None:
+        return "-"
+    left = at - (time.time() if now is None else now)
+    return f"in {duration(left)}" if left >= 0 else f"overdue {duration(-left)}"
 
 
 @contextlib.contextmanager

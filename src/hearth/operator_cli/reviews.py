@@ -18,7 +18,7 @@ from hearth.operator_cli.client import (
     UrlOption,
     quote,
 )
-from hearth.operator_cli.output import age, api_errors, cell, console, print_json, state_style, table
+from hearth.operator_cli.output import age, api_errors, cell, console, print_json, show, state_style, table, until
 
 app = typer.Typer(help="List and decide human review items (over the HTTP API).", no_args_is_help=True)
 
@@ -49,8 +49,9 @@ def list_reviews(
     for r in data["reviews"]:
         subject = f"{r['subject_kind']}:{r['subject_id']}" if r.get("subject_id") else r["subject_kind"]
         rows.add_row(r["id"], cell(r["queue"]), state_style(r["state"]), cell(r["title"]), cell(subject),
-                     cell(r["assignee"]), age(r["created_at"]), cell(r["expires_at"]))
-    out.print(rows)
+                     cell(r["assignee"]), age(r["created_at"]),
+                     until(r["expires_at"]) if r["state"] in ("pending", "claimed") else "-")
+    show(out, rows)
     if data.get("next_cursor"):
         out.print(f"more: --cursor {data['next_cursor']}")
 

@@ -16,7 +16,7 @@ from hearth.operator_cli.client import (
     UrlOption,
     quote,
 )
-from hearth.operator_cli.output import api_errors, cell, console, print_json, table
+from hearth.operator_cli.output import api_errors, cell, console, print_json, show, table
 
 app = typer.Typer(help="List schedules and fire one now (over the HTTP API).", no_args_is_help=True)
 
@@ -51,7 +51,7 @@ def list_schedules(
                      cell(s["target"].get("task_type")), _when(None if s["paused"] else s["next_at"]),
                      "[yellow]paused[/yellow]" if s["paused"] else "no", cell(s["misfire_policy"]),
                      cell(s["overlap_policy"]))
-    out.print(rows)
+    show(out, rows)
 
 
 @app.command("trigger")

@@ -24,7 +24,7 @@ from hearth.operator_cli.client import (
     UrlOption,
     quote,
 )
-from hearth.operator_cli.output import age, api_errors, cell, console, duration, print_json, state_style, table
+from hearth.operator_cli.output import age, api_errors, cell, console, duration, print_json, show, state_style, table
 
 PAGE = 500
 MAX_PAGES = 4  # per task state: 2,000 tasks
@@ -175,7 +175,7 @@ def _render(data: dict[str, Any]) -> None:
     if writer:
         backends.add_row("request-log writer", ", ".join(f"{k} {v}" for k, v in sorted(writer.items())
                                                          if isinstance(v, int | float)))
-    out.print(backends)
+    show(out, backends)
 
     eps = table("endpoints", ["ENDPOINT", "PROVIDER", "STATE", "BREAKER", "COOLDOWN", "IN FLIGHT", "RPM",
                               "FAILS", "LATENCY", "KEY"])
@@ -186,10 +186,13 @@ def _render(data: dict[str, Any]) -> None:
         state = state_style(word) + (f" ({cell(e['disabled_reason'])})" if e.get("disabled_reason") else "")
         eps.add_row(e["name"], cell(e["provider"]), state, state_style(str(e["circuit"])),
                     duration(e["cooldown_s"]) if e["cooldown_s"] else "-",
-                    f"{cell(e['in_flight'])}/{cell(e['max_concurrency'])}",
-                    f"{cell(e['rpm_used'])}/{cell(e['rpm'])}", cell(e["consecutive_failures"]),
+                    f"{cell(e['in_flight'])}/{e['max_concurrency'] or '-'}",
+                    f"{cell(e['rpm_used'])}/{e['rpm'] or '-'}", cell(e["consecutive_failures"]),
                     f"{e['latency_ms_ewma']:.0f}ms" if e.get("latency_ms_ewma") else "-", cell(e["api_key"]))
-    out.print(eps if data["endpoints"] else "no endpoints")
+    if data["endpoints"]:
+        show(out, eps)
+    else:
+        out.print("no endpoints")
 
     if data["queues"]:
         queues = table("queues", ["QUEUE", "QUEUED", "OLDEST", "RUNNING", "WAITING", "HOLD"])
@@ -198,7 +201,7 @@ def _render(data: dict[str, Any]) -> None:
                 return f"{q[state]}+" if state in q["lower_bound"] else str(q[state])
             queues.add_row(name, n("queued"), age(q["oldest_queued_at"], now=data["at"]), n("running"),
                            n("waiting"), n("hold"))
-        out.print(queues)
+        show(out, queues)
     else:
         out.print("queues: no pending or running tasks")
 
@@ -207,7 +210,7 @@ def _render(data: dict[str, Any]) -> None:
         for name, w in data["workers"].items():
             workers.add_row(cell(name), str(w["running"]), ", ".join(w["queues"]),
                             age(w["oldest_claimed_at"], now=data["at"]))
-        out.print(workers)
+        show(out, workers)
         if data["workers_partial"]:
             out.print(f"(workers of the newest {MAX_LEASE_LOOKUPS} running tasks only)")
     else:

@@ -15,7 +15,7 @@ from hearth.operator_cli.client import (
     UrlOption,
     quote,
 )
-from hearth.operator_cli.output import age, api_errors, cell, console, print_json, state_style, table
+from hearth.operator_cli.output import age, api_errors, cell, console, print_json, show, state_style, table
 
 app = typer.Typer(help="List, inspect, cancel and redrive tasks (over the HTTP API).", no_args_is_help=True)
 
@@ -49,7 +49,7 @@ def list_tasks(
     if not data["tasks"]:
         out.print("no tasks")
         return
-    out.print(rows)
+    show(out, rows)
     if data.get("next_cursor"):
         out.print(f"more: --cursor {data['next_cursor']}")
 
@@ -83,14 +83,14 @@ def _print_task(task: dict[str, Any]) -> None:
         fields.add_row(key, cell(value))
     if task.get("error"):
         fields.add_row("error", cell(task["error"]))
-    out.print(fields)
+    show(out, fields)
     attempts = task.get("attempts") or []
     if attempts:
         rows = table("attempts", ["#", "WORKER", "OUTCOME", "ERROR", "STARTED", "FINISHED"])
         for a in attempts:
             rows.add_row(str(a["attempt"]), cell(a["worker"]), cell(a["outcome"]), cell(a["error_code"]),
                          cell(a["started_at"]), cell(a["finished_at"]))
-        out.print(rows)
+        show(out, rows)
 
 
 @app.command("cancel")
