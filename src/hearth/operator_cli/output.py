@@ -30,7 +30,7 @@ def console(*, stderr: bool = False) -> Console:
     """A console on the current stdout (or stderr); rich reads ``NO_COLOR``, ``COLUMNS`` and the tty."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)  # a message line is never hard-wrapped
 
 
 def print_json(data: Any) -> None:
