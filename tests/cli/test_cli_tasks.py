@@ -80,6 +80,31 @@ def test_redrive_a_dead_letter_with_operator_and_reason(fake: Any, server: Any, 
     eventually(lambda: admin_get(server, f"/api/v1/ai/tasks/{task_id}")["state"] == "succeeded", what="succeeded")
 
 
+def test_redrive_several_with_a_progress_bar_one_refusal_does_not_stop_the_rest(fake: Any, server: Any,
+                                                                              tmp_path: Path) -> None:
+    fake.set_defaults(status=400)
+    ids = [submit(server, payload={"text": f"x{i}", "model": "m"}) for i in range(3)]
+    for task_id in ids:
+        eventually(lambda t=task_id: admin_get(server, f"/api/v1/ai/tasks/{t}")["state"] == "failed", what="failed")
+
+    fake.set_defaults(status=200)  # the redriven tasks then succeed and their letters are resolved
+    both = hearth(["tasks", "redrive", ids[0], "--all-open", "--operator", "ops", "--reason", "x"], server, tmp_path)
+    assert both.returncode == 2 and "not both" in both.stderr
+    some = hearth(["tasks", "redrive", ids[0], "tsk_nope", "--operator", "ops", "--reason", "batch"], server,
+                  tmp_path)
+    assert some.returncode == 1 and "redriven 1 of 2 dead letter(s) by ops" in some.stdout
+    assert "error: tsk_nope: " in some.stderr and "dead_letter_not_found" in some.stderr
+    rest = ok_json(hearth(["tasks", "redrive", "--all-open", "--type", "summarize_async", "--operator", "ops",
+                           "--reason", "batch", "--json"], server, tmp_path))
+    assert sorted(rest["redriven"]) == sorted(ids[1:]) and rest["refused"] == []
+    for task_id in ids:
+        letter = admin_get(server, f"/api/v1/ai/dead-letters/{task_id}")
+        assert any(h.get("operator") == "ops" and h.get("reason") == "batch" for h in letter["history"])
+    none_left = hearth(["tasks", "redrive", "--all-open", "--operator", "ops", "--reason", "batch"], server, tmp_path)
+    assert none_left.returncode == 0 and "redriven 0 of 0" in none_left.stdout
+    assert none_left.stderr.strip() == ""  # no progress bar drawn when stderr is not a terminal
+
+
 def test_errors_are_one_readable_line_and_a_non_zero_exit(idle_server: Any, tmp_path: Path) -> None:
     # The task API also takes caller keys (a caller sees its own tasks), so a wrong token is a wrong key there.
     bad = hearth(["tasks", "ls"], idle_server, tmp_path, token="wrong")

@@ -9,13 +9,24 @@ import typer
 from hearth.operator_cli.client import (
     DEFAULT_URL,
     AdminClient,
+    ApiError,
     JsonOption,
     TimeoutOption,
     TokenOption,
     UrlOption,
     quote,
 )
-from hearth.operator_cli.output import age, api_errors, cell, console, print_json, show, state_style, table
+from hearth.operator_cli.output import (
+    EXIT_REFUSED,
+    age,
+    api_errors,
+    cell,
+    console,
+    print_json,
+    show,
+    state_style,
+    table,
+)
 
 app = typer.Typer(help="List, inspect, cancel and redrive tasks (over the HTTP API).", no_args_is_help=True)
 
@@ -110,19 +121,79 @@ def cancel_task(
 
 
 @app.command("redrive")
-def redrive_task(
-    task_id: Annotated[str, typer.Argument(help="the task id (a failed task with an open dead letter)")],
+def redrive_tasks(
+    task_ids: Annotated[list[str] | None, typer.Argument(help="dead-lettered task ids", show_default=False)] = None,
     *, operator: OperatorOption, reason: ReasonOption,
+    all_open: Annotated[bool, typer.Option("--all-open", help="every OPEN dead letter instead (narrow it with "
+                                           "--type and --severity)")] = False,
+    task_type: Annotated[str | None, typer.Option("--type", help="with --all-open: only this task type")] = None,
+    severity: Annotated[str | None, typer.Option(help="with --all-open: only this severity (P1, P2, P3)")] = None,
     url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False,
     timeout: TimeoutOption = 10.0,
 ) -> None:
-    """Queue a dead-lettered task for a new attempt; its dead letter records who and why, and is resolved
-    when the task then succeeds."""
+    """Queue dead-lettered tasks for a new attempt; each dead letter records who and why, and is resolved
+    when its task then succeeds. Several at once show a progress bar; one refused does not stop the rest."""
+    if bool(task_ids) == all_open:
+        raise typer.BadParameter("give task ids or --all-open (not both)", param_hint="TASK_IDS")
+    if (task_type or severity) and not all_open:
+        raise typer.BadParameter("--type and --severity select dead letters for --all-open", param_hint="--type")
+    client = AdminClient(url, token, timeout=timeout)
     with api_errors():
-        letter = AdminClient(url, token, timeout=timeout).post(
-            f"/api/v1/ai/dead-letters/{quote(task_id)}/redrive", {"operator": operator, "reason": reason})
+        ids = task_ids or _open_dead_letters(client, task_type=task_type, severity=severity)
+        if len(ids) == 1 and not all_open:
+            letter = _redrive(client, ids[0], operator=operator, reason=reason)
+            if as_json:
+                print_json(letter)
+            else:
+                console().print(f"task {letter['task_id']} redriven by {cell(operator)}: dead letter "
+                                f"{state_style(str(letter['status']).lower())}")
+            return
+        done, refused = _redrive_many(client, ids, operator=operator, reason=reason, quiet=as_json)
     if as_json:
-        print_json(letter)
-        return
-    console().print(f"task {letter['task_id']} redriven by {cell(operator)}: dead letter "
-                    f"{state_style(str(letter['status']).lower())}")
+        print_json({"redriven": done, "refused": [{"task_id": t, "error": str(e)} for t, e in refused]})
+    else:
+        console().print(f"redriven {len(done)} of {len(ids)} dead letter(s) by {cell(operator)}")
+        for task_id, exc in refused:
+            typer.echo(f"error: {task_id}: {exc}", err=True)
+    if refused:
+        raise typer.Exit(EXIT_REFUSED)
+
+
+def _redrive(client: AdminClient, task_id: str, *, operator: str, reason: str) -> dict[str, Any]:
+    letter: dict[str, Any] = client.post(f"/api/v1/ai/dead-letters/{quote(task_id)}/redrive",
+                                         {"operator": operator, "reason": reason})
+    return letter
+
+
+def _open_dead_letters(client: AdminClient, *, task_type: str | None, severity: str | None) -> list[str]:
+    """Every OPEN dead letter's task id (all pages read first: a redrive changes the set being paged)."""
+    ids: list[str] = []
+    cursor = None
+    while True:
+        page = client.get("/api/v1/ai/dead-letters", status="OPEN", task_type=task_type, severity=severity,
+                          limit=500, cursor=cursor)
+        ids += [d["task_id"] for d in page["dead_letters"]]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return ids
+
+
+def _redrive_many(client: AdminClient, ids: list[str], *, operator: str, reason: str,
+                  quiet: bool) -> tuple[list[str], list[tuple[str, ApiError]]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    done: list[str] = []
+    refused: list[tuple[str, ApiError]] = []
+    columns = (TextColumn("redrive"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    err = console(stderr=True)
+    with Progress(*columns, console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
+        bar = progress.add_task("redrive", total=len(ids))
+        for task_id in ids:
+            try:
+                done.append(_redrive(client, task_id, operator=operator, reason=reason)["task_id"])
+            except ApiError as exc:
+                if exc.status == 0:
+                    raise  # Hearth is gone: stop, do not report every remaining id
+                refused.append((task_id, exc))
+            progress.advance(bar)
+    return done, refused
