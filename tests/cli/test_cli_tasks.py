@@ -105,7 +105,7 @@ def test_redrive_several_with_a_progress_bar_one_refusal_does_not_stop_the_rest(
     assert none_left.stderr.strip() == ""  # no progress bar drawn when stderr is not a terminal
 
 
-def test_errors_are_one_readable_line_and_a_non_zero_exit(idle_server: Any, tmp_path: Path) -> None:
+def test_errors_are_one_readable_line_and_a_non_zero_exit(fake: Any, idle_server: Any, tmp_path: Path) -> None:
     # The task API also takes caller keys (a caller sees its own tasks), so a wrong token is a wrong key there.
     bad = hearth(["tasks", "ls"], idle_server, tmp_path, token="wrong")
     assert bad.returncode == 1 and bad.stdout == ""
@@ -128,6 +128,12 @@ def test_errors_are_one_readable_line_and_a_non_zero_exit(idle_server: Any, tmp_
 
     class Gone:
         base_url = "http://127.0.0.1:9"  # discard: nothing listens
+
+    class NotHearth:
+        base_url = fake.base_url  # an OpenAI-like server: answers, but not with Hearth's envelope
+
+    other = hearth(["tasks", "ls"], NotHearth(), tmp_path)
+    assert other.returncode == 1 and "is it a Hearth server (--url)?" in other.stderr, other.stderr
 
     gone = hearth(["tasks", "ls"], Gone(), tmp_path)
     assert gone.returncode == 3 and "cannot reach Hearth at http://127.0.0.1:9" in gone.stderr

@@ -78,7 +78,8 @@ def error_of(response: Response) -> ApiError:
     if isinstance(error, dict):
         return ApiError(response.status, str(error.get("code") or error.get("type") or "error"),
                         str(error.get("message") or "no message"))
-    return ApiError(response.status, "http_error", f"Hearth answered HTTP {response.status}")
+    return ApiError(response.status, "http_error", f"the server answered HTTP {response.status} without an error "
+                    "body: is it a Hearth server (--url)?")
 
 
 class AdminClient:
@@ -112,8 +113,15 @@ class AdminClient:
         response = self.request(method, path, params=params, body=body)
         if response.status >= 400:
             raise error_of(response)
-        payload = response.json()
-        return payload.get("data") if isinstance(payload, dict) and "success" in payload else payload
+        try:
+            payload = response.json()
+        except ValueError:
+            raise ApiError(response.status, "not_json", f"the answer from {self.base_url} is not JSON: is it a "
+                           "Hearth server (--url)?") from None
+        if not isinstance(payload, dict) or "success" not in payload:
+            raise ApiError(response.status, "not_hearth", f"the answer from {self.base_url} is not Hearth's "
+                           "envelope: is it a Hearth server (--url)?")
+        return payload.get("data")
 
     def get(self, path: str, **params: Any) -> Any:
         return self.call("GET", path, params=params)

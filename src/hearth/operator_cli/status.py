@@ -124,8 +124,11 @@ def _endpoints(client: AdminClient) -> list[dict[str, Any]]:
 
 def _readiness(client: AdminClient) -> dict[str, Any]:
     answer = client.request("GET", "/readyz")
-    report = answer.json() if answer.body else {}
-    return report if isinstance(report, dict) else {}
+    try:
+        report = answer.json() if answer.body else {}
+    except ValueError:
+        report = {}
+    return report if isinstance(report, dict) else {"status": f"HTTP {answer.status}"}
 
 
 def snapshot(client: AdminClient) -> dict[str, Any]:
