@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cli.helpers import admin_get, chat, eventually, hearth, ok_json, registry, submit
+from tests.support import hearth_process
 
 COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-7]|9[0-7]|38;[25])[;m]")  # a foreground colour (not bold/italic)
 
@@ -71,3 +72,14 @@ def test_status_with_a_bad_token_says_so(fake: Any, hearth_server: Any, tmp_path
     out = hearth(["status"], server, tmp_path, token="nope")
     assert out.returncode == 1 and out.stdout == ""
     assert "error: A valid admin token is required. (HTTP 401, admin_token_required)" in out.stderr
+
+
+def test_status_as_a_real_process(fake: Any, hearth_server: Any, tmp_path: Path) -> None:
+    """``python -m hearth status`` as an operator runs it: the entry point, the token from the environment."""
+    server = hearth_server(registry(fake))
+    out = hearth_process(["status", "--url", server.base_url], cwd=tmp_path,
+                         env={"HEARTH_ADMIN_TOKEN": "admin-token-xyz"})
+    assert out.returncode == 0, out.stderr
+    assert "ready" in out.stdout and "openai-like" in out.stdout
+    refused = hearth_process(["status", "--url", server.base_url], cwd=tmp_path, env={})
+    assert refused.returncode == 1 and "admin_token_required" in refused.stderr and "Traceback" not in refused.stderr

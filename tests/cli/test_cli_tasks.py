@@ -1,7 +1,8 @@
 """``hearth tasks ls|show|cancel|redrive`` against a real Hearth server over HTTP.
 
-The commands are clients of the task API (their SQL is the server's, tested on both databases in
-tests/tasks/), so one database is enough here: what is checked is what the operator sees and types.
+The commands are clients of the task API, whose SQL is the server's (tested on both databases in
+tests/tasks/); the listing, paging and cancel tests still run against a server on each database, as an
+operator would meet it.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from tests.cli.helpers import admin_get, eventually, hearth, ok_json, registry, 
 
 
 @pytest.fixture
-def idle_server(fake: Any, hearth_server: Any) -> Any:
-    """No worker: submitted tasks stay queued."""
-    return hearth_server(registry(fake), embedded_worker=False)
+def idle_server(fake: Any, hearth_server: Any, database_url: str) -> Any:
+    """No worker: submitted tasks stay queued (on SQLite, then on PostgreSQL)."""
+    return hearth_server(registry(fake), embedded_worker=False, database_url=database_url)
 
 
 @pytest.fixture
