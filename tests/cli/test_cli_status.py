@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.cli.helpers import admin_get, chat, eventually, hearth, ok_json, registry, submit
+from tests.cli.helpers import admin_get, admin_post, chat, eventually, hearth, ok_json, registry, submit
 from tests.support import hearth_process
 
 COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-7]|9[0-7]|38;[25])[;m]")  # a foreground colour (not bold/italic)
@@ -20,6 +20,7 @@ def test_status_shows_backends_a_cooling_endpoint_and_queued_tasks(fake: Any, he
     submit(server)
     fake.set_defaults(status=429, retry_after=120)
     assert chat(server).status_code == 429
+    admin_post(server, "/api/v1/reviews", {"title": "Check", "payload": {}, "timeout_s": 3600})
 
     data = ok_json(hearth(["status", "--json"], server, tmp_path))
     assert data["readiness"]["checks"]["database"] == "ok"
@@ -30,6 +31,8 @@ def test_status_shows_backends_a_cooling_endpoint_and_queued_tasks(fake: Any, he
     assert (queue["queued"], queue["running"], queue["lower_bound"]) == (2, 0, [])
     assert queue["oldest_queued_at"] == admin_get(server, f"/api/v1/ai/tasks/{first}")["timings"]["updated_at"]
     assert data["workers"] == {}
+    attention = data["attention"]
+    assert (attention["dead_letters_open"], attention["reviews_pending"]) == (0, 1) and attention["oldest_review_at"]
 
     human = hearth(["status"], server, tmp_path)
     assert human.returncode == 0, human.stderr
@@ -39,6 +42,7 @@ def test_status_shows_backends_a_cooling_endpoint_and_queued_tasks(fake: Any, he
     queue_line = next(line for line in lines if line.strip().startswith("ai.summary"))
     assert queue_line.split()[1] == "2"
     assert "memory: ok" in human.stdout and "workers: none holding a task lease" in human.stdout
+    assert "attention: 0 dead letter(s) open; 1 review item(s) pending, oldest " in human.stdout
     assert "\x1b[" not in human.stdout  # not a terminal: no colour codes
 
 

@@ -68,6 +68,9 @@ def test_redrive_a_dead_letter_with_operator_and_reason(fake: Any, server: Any, 
     eventually(lambda: admin_get(server, f"/api/v1/ai/tasks/{task_id}")["state"] == "failed", what="failed")
     shown = hearth(["tasks", "show", task_id], server, tmp_path)
     assert "upstream_bad_request" in shown.stdout and "failed" in shown.stdout
+    attention = ok_json(hearth(["status", "--json"], server, tmp_path))["attention"]
+    severity = admin_get(server, f"/api/v1/ai/dead-letters/{task_id}")["severity"]
+    assert (attention["dead_letters_open"], attention["dead_letters_by_severity"]) == (1, {severity: 1})
 
     missing_reason = hearth(["tasks", "redrive", task_id, "--operator", "ops"], server, tmp_path)
     assert missing_reason.returncode == 2 and "--reason" in missing_reason.stderr

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hearth.operator_cli.client import (
     DEFAULT_URL,
@@ -25,6 +25,9 @@ from hearth.operator_cli.client import (
     quote,
 )
 from hearth.operator_cli.output import age, api_errors, cell, console, duration, print_json, show, state_style, table
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PAGE = 500
 MAX_PAGES = 4  # per task state: 2,000 tasks
@@ -122,6 +125,18 @@ def _endpoints(client: AdminClient) -> list[dict[str, Any]]:
     return out
 
 
+def _attention(client: AdminClient) -> dict[str, Any]:
+    """What waits for a person: open dead letters (by severity) and pending review items (the oldest's age),
+    one page each (a full page is shown as a lower bound)."""
+    letters = client.get("/api/v1/ai/dead-letters", status="OPEN", limit=PAGE)
+    reviews = client.get("/api/v1/reviews", state="pending", limit=PAGE)
+    return {"dead_letters_open": len(letters["dead_letters"]),
+            "dead_letters_by_severity": dict(sorted(Counter(d["severity"] for d in letters["dead_letters"]).items())),
+            "dead_letters_lower_bound": bool(letters.get("next_cursor")),
+            "reviews_pending": len(reviews["reviews"]), "reviews_lower_bound": bool(reviews.get("next_cursor")),
+            "oldest_review_at": reviews["reviews"][0]["created_at"] if reviews["reviews"] else None}
+
+
 def _readiness(client: AdminClient) -> dict[str, Any]:
     answer = client.request("GET", "/readyz")
     try:
@@ -145,6 +160,7 @@ def snapshot(client: AdminClient) -> dict[str, Any]:
                    for name, q in queues.items()},
         "workers": _workers(client, running),
         "workers_partial": running_capped or len(running) > MAX_LEASE_LOOKUPS,
+        "attention": _attention(client),
     }
 
 
@@ -208,6 +224,8 @@ def _render(data: dict[str, Any]) -> None:
     else:
         out.print("queues: no pending or running tasks")
 
+    _render_attention(out, data["attention"], now=data["at"])
+
     if data["workers"]:
         workers = table("workers (from the leases of running tasks)", ["WORKER", "RUNNING", "QUEUES", "LONGEST"])
         for name, w in data["workers"].items():
@@ -218,6 +236,17 @@ def _render(data: dict[str, Any]) -> None:
             out.print(f"(workers of the newest {MAX_LEASE_LOOKUPS} running tasks only)")
     else:
         out.print("workers: none holding a task lease")
+
+
+def _render_attention(out: Console, a: dict[str, Any], *, now: float) -> None:
+    letters = f"{a['dead_letters_open']}{'+' if a['dead_letters_lower_bound'] else ''} dead letter(s) open"
+    if a["dead_letters_by_severity"]:
+        letters += " (" + ", ".join(f"{k} {v}" for k, v in a["dead_letters_by_severity"].items()) + ")"
+    reviews = f"{a['reviews_pending']}{'+' if a['reviews_lower_bound'] else ''} review item(s) pending"
+    if a["oldest_review_at"] is not None:
+        reviews += f", oldest {age(a['oldest_review_at'], now=now)}"
+    colour = "red" if a["dead_letters_open"] else "yellow" if a["reviews_pending"] else "green"
+    out.print(f"attention: [{colour}]{letters}; {reviews}[/{colour}]")
 
 
 def _word(check: str | None) -> str:
