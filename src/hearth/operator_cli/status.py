@@ -190,10 +190,11 @@ def _render(data: dict[str, Any]) -> None:
     for name in ("database", "budget_ledger", "budget_counters", "request_log", "endpoints"):
         if name in checks:
             backends.add_row(name.replace("_", " "), state_style(_word(checks[name])) + _rest(checks[name]))
-    writer = stats.get("request_log_writer") or {}
-    if writer:
-        backends.add_row("request-log writer", ", ".join(f"{k} {v}" for k, v in sorted(writer.items())
-                                                         if isinstance(v, int | float)))
+    for key, label in (("request_log_writer", "request-log writer"), ("budget_ledger", "budget-ledger writer")):
+        writer = stats.get(key) or {}
+        if writer:  # backlog and losses of the batch writers (docs/operations.md)
+            backends.add_row(label, ", ".join(f"{k} {v}" for k, v in sorted(writer.items())
+                                              if isinstance(v, int | float) and not isinstance(v, bool)))
     show(out, backends)
 
     eps = table("endpoints", ["ENDPOINT", "PROVIDER", "STATE", "BREAKER", "COOLDOWN", "IN FLIGHT", "RPM",
