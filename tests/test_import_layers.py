@@ -26,6 +26,7 @@ ROOT = "hearth"
 LAYERS: list[tuple[str, ...]] = [
     ("hearth.__main__",),
     ("hearth.cli",),
+    ("hearth.operator_cli",),  # hearth status/tasks/reviews/schedules/logs/sign: HTTP clients of a running Hearth
     ("hearth.testing",),  # the fake upstream, a server in a thread (used by tests and `hearth fake-upstream`)
     ("hearth.app",),  # the ASGI application
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)

@@ -434,6 +434,11 @@ def rotate_master_key_command(
         typer.echo("Now restart every Hearth process with the new key as HEARTH_MASTER_KEY (or in its key file).")
 
 
+from hearth.operator_cli import register as _register_operator_commands  # noqa: E402 (after the local commands)
+
+_register_operator_commands(app)
+
+
 @app.command(name="fake-upstream")
 def fake_upstream(
     host: str = "127.0.0.1",
