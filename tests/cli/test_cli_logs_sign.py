@@ -98,6 +98,32 @@ def test_logs_tail_follow_prints_new_rows_in_order_without_gaps(fake: Any, heart
     assert printed == every[start:start + 4]  # consecutive: nothing skipped, nothing twice
 
 
+def test_logs_tail_follow_never_prints_a_row_older_than_the_ones_shown_first(
+        fake: Any, hearth_server: Any, tmp_path: Path) -> None:
+    """`-n 1` shows the newest row; the row before it is not new and is never printed by the follow."""
+    server = hearth_server(registry(fake))
+    for text in ("older", "newest"):
+        assert chat(server, text).status_code == 200
+    before = sorted(r["id"] for r in _logged(server, 2))
+    result: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def follow() -> None:
+        result["out"] = hearth_in_process(
+            ["logs", "tail", "-f", "-n", "1", "--interval", "0.1", "--max-rows", "1", "--json", "--url",
+             server.base_url], cwd=tmp_path, env={"HEARTH_ADMIN_TOKEN": "admin-token-xyz"})
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    calls = 0
+    while thread.is_alive() and calls < 200:
+        assert chat(server, f"later {calls}").status_code == 200
+        calls += 1
+        thread.join(timeout=0.05)
+    thread.join(timeout=30)
+    printed = [json.loads(line)["id"] for line in result["out"].stdout.splitlines()]
+    assert printed[0] >= before[-1] and before[0] not in printed and printed == sorted(printed), printed
+
+
 def test_logs_tail_with_a_bad_token(fake: Any, hearth_server: Any, tmp_path: Path) -> None:
     server = hearth_server(registry(fake))
     out = hearth(["logs", "tail"], server, tmp_path, token="nope")

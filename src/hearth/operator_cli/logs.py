@@ -47,6 +47,12 @@ class LogFollower:
         """The newest ``lines`` rows, oldest first (``lines`` 0: none, only where to start from)."""
         rows = self._page(limit=max(1, lines), offset=0)
         self._remember(rows)
+        if rows:  # the rows just before the ones shown are not new: a follow must not print them later
+            top = max(r["id"] for r in rows)
+            for r in self.poll()[0]:
+                if r["id"] > top:  # arrived meanwhile: new, for the first poll to print
+                    del self.seen[r["id"]]
+            self.since = max(self.seen.values())
         return _oldest_first(rows[:lines])
 
     def poll(self) -> tuple[list[dict[str, Any]], bool]:
