@@ -1,0 +1,63 @@
+"""``hearth serve`` with two uvicorn worker processes: one scrape, whichever worker answers it, counts the
+calls both workers served (prometheus-client's multiprocess mode in ``metrics_dir``)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e import processes
+from tests.support import AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
+
+
+def _served(text: str) -> float:
+    for family in text_string_to_metric_families(text):
+        if family.name == "hearth_gateway_requests":
+            return sum(s.value for s in family.samples if s.name == "hearth_gateway_requests_total"
+                       and s.labels == {"route": "chat", "model": "m", "status_class": "2xx"})
+    return 0.0
+
+
+def _counter_pids(directory: Path) -> set[str]:
+    return {p.stem.rsplit("_", 1)[-1] for p in directory.glob("counter_*.db")}
+
+
+async def test_both_workers_counters_appear_in_one_scrape(tmp_path: Path, postgres_url: str, redis_prefix: str,
+                                                          fake: Any) -> None:
+    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up"}])
+    config = write_config(tmp_path / "hearth.yaml", registry)
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    (metrics_dir / "counter_999999.db").write_bytes(b"left by an earlier run")  # emptied at start
+    env = {"HEARTH_CONFIG": config, "HEARTH_DATABASE_URL": postgres_url, "HEARTH_STATE_BACKEND": "redis",
+           "HEARTH_REDIS_PREFIX": redis_prefix, "HEARTH_MASTER_KEY": MASTER_KEY, "HEARTH_LOG_LEVEL": "warning",
+           "HEARTH_WORKERS": "2", "HEARTH_METRICS_DIR": metrics_dir, "HEARTH_EMBEDDED_WORKER": "false"}
+    server = processes.start(tmp_path, env, name="workers")
+    try:
+        assert "999999" not in _counter_pids(metrics_dir)
+        sent = 0
+        # New connections, many at once, until the kernel has handed some to each worker (each worker's first
+        # counted call creates its counter file); bounded, so a single-worker server fails rather than loops.
+        for _ in range(20):
+            async with httpx.AsyncClient(timeout=30) as client:
+                replies = await asyncio.gather(*[
+                    client.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
+                    for _ in range(20)])
+            assert all(r.status_code == 200 for r in replies)
+            sent += len(replies)
+            if len(_counter_pids(metrics_dir)) == 2:
+                break
+        assert len(_counter_pids(metrics_dir)) == 2, "both workers served calls"
+        assert fake.stats.requests == sent
+        for _ in range(6):  # fresh connections: the scrapes land on either worker, and all see every call
+            with httpx.Client(timeout=10) as client:
+                scrape = client.get(server.base_url + "/metrics")
+            assert scrape.status_code == 200
+            assert _served(scrape.text) == sent
+    finally:
+        server.stop()
