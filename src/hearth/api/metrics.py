@@ -14,7 +14,6 @@ With ``metrics_token`` set the route wants ``Authorization: Bearer <token>`` (40
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import time
 from collections.abc import Iterator
@@ -168,10 +167,11 @@ class ClusterGauges:
             up.add_metric([], 0.0)
             return [up]
         out: list[Metric] = [up, rtt]
-        with contextlib.suppress(Exception):
+        try:
             out += await self._usage_families()
-        with contextlib.suppress(Exception):
             out.append(await self._budget_family())
+        except Exception as exc:  # the backend went away mid-refresh: the next refresh tries again
+            log.warning("metrics_state_backend_failed", error=type(exc).__name__)
         return out
 
     async def _usage_families(self) -> list[Metric]:
