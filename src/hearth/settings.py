@@ -172,8 +172,7 @@ class Settings(BaseSettings):
                                       "(`Authorization: Bearer ...`); unset: the route is open (keep it off the "
                                       "public network)")
     metrics_cache_s: float = Field(default=5.0, gt=0, description="the gauges read from the database and the state "
-                                   "backend are recomputed at most this often, whatever the scrape rate; with "
-                                   "several workers each process also samples its own gauges this often")
+                                   "backend are recomputed at most this often, whatever the scrape rate")
     metrics_dir: Path = Field(default=Path("var/metrics"), description="with `workers` > 1: the directory the "
                               "worker processes' metric files go to (emptied at start; `PROMETHEUS_MULTIPROC_DIR`, "
                               "when set, wins)")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from hearth.observability import metrics
 from hearth.testing.fake_upstream import FakeBehavior
 from tests.support import AUTH, budget_registry, chat_body, gateway_registry
 
@@ -203,3 +205,39 @@ async def test_a_scrape_storm_reads_the_database_once_per_cache_period(fake, hea
     again = _families((await http.get(server.base_url + "/metrics")).text)
     assert _value(again, "hearth_metrics_collect_seconds") in took  # still the cached figures:
     assert _value(again, "hearth_task_queue_depth") == 0  # the queued task is not seen before the period ends
+
+
+async def test_a_capability_request_counts_once_as_capability_and_its_model_call_once(fake, hearth_server, http):
+    server = hearth_server(gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                              "upstream_model": "up"}],
+                                            prices=[{"model": "up", "input_per_1m": 1000.0, "output_per_1m": 1000.0}]))
+    before = _families((await http.get(server.base_url + "/metrics")).text)
+    r = await http.post(server.base_url + "/api/v1/ai/summarize", headers=AUTH,
+                        json={"text": "Hearth is a gateway. It governs calls.", "model": "m"})
+    assert r.status_code == 200, r.text
+    after = _families((await http.get(server.base_url + "/metrics")).text)
+    cost = r.json()["data"]["cost"]
+
+    def delta(name: str, sample: str, **labels: str) -> float:
+        return _value(after, name, sample, **labels) - (_value(before, name, sample, **labels)
+                                                        if name in before else 0.0)
+
+    requests = ("hearth_gateway_requests", "hearth_gateway_requests_total")
+    assert delta(*requests, route="capability", model="m", status_class="2xx") == 1
+    assert delta(*requests, route="chat", model="m", status_class="2xx") == 1
+    assert delta("hearth_gateway_cost", "hearth_gateway_cost_total", model="m") == pytest.approx(cost)  # not twice
+    assert _value(after, "hearth_gateway_in_flight") == 0
+
+
+def test_name_labels_are_capped_and_status_classes_bounded():
+    names = metrics._Names()
+    assert names.label(None) == "unknown" and names.label("") == "unknown"
+    for i in range(metrics.MAX_NAMES):
+        assert names.label(f"n{i}") == f"n{i}"
+    assert names.label("one-too-many") == "other"
+    assert names.label("n0") == "n0"
+    assert [metrics.status_class(s) for s in (200, 299, 404, 499, 503, 0, 600, 99)] == [
+        "2xx", "2xx", "4xx", "4xx", "5xx", "other", "other", "other"]
+    assert metrics.is_admission_refusal("caller_rpm_exceeded") and metrics.is_admission_refusal("budget_exhausted")
+    assert not metrics.is_admission_refusal("upstream_rate_limited")
+    assert not metrics.is_admission_refusal("made_up_exceeded")

@@ -2,7 +2,8 @@
 
 A scrape returns three kinds of metric (:mod:`hearth.observability.metrics`): event counters and
 histograms (every worker process's, merged, in multiprocess mode), this process's gauges (sampled here
-first; with several workers each samples its own every ``metrics_cache_s``), and the cluster gauges —
+first; with several workers each samples its own, and moves its call counts into its metric file, every
+second), and the cluster gauges —
 queues, reviews, workflow runs, budgets, endpoint usage against limits, database and state-backend
 round trips — read from the database and the state backend by :class:`ClusterGauges` at most once per
 ``metrics_cache_s``, however many scrapes arrive: a scrape storm costs the database one set of
@@ -91,9 +92,11 @@ def sample_process(rt: Runtime) -> None:
 
 
 async def sample_every(rt: Runtime, period_s: float) -> None:
-    """With several workers: each keeps its gauges fresh for whichever worker a scrape reaches."""
+    """With several workers: each moves its call counts into its metric file and keeps its gauges fresh,
+    for whichever worker a scrape reaches."""
     while True:
         try:
+            m.CALLS.flush()
             sample_process(rt)
         except Exception as exc:  # a gauge is not worth a dead loop
             log.warning("metrics_sample_failed", error=type(exc).__name__)
@@ -105,7 +108,7 @@ def start_sampling(rt: Runtime) -> asyncio.Task[None] | None:
     if m.MULTIPROC_DIR is None:
         return None
     m.forget_dead_processes()
-    return asyncio.create_task(sample_every(rt, rt.settings.metrics_cache_s), name="metrics-sampler")
+    return asyncio.create_task(sample_every(rt, min(1.0, rt.settings.metrics_cache_s)), name="metrics-sampler")
 
 
 # ---- the cluster gauges -----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ serve`` does it when ``workers > 1``), every metric writes to a per-process file
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -144,47 +145,110 @@ class _Names:
         return name
 
 
-class _ModelCell:
-    """The children of one (route, model, status class): bound once, reused by every call like it."""
+class _Histogram:
+    """A histogram counted in plain Python (a C bisect and two additions per value), moved into its
+    prometheus child by :meth:`flush` (that child's bucket and sum values: prometheus-client has no public
+    way to add many observations at once)."""
 
-    __slots__ = ("capability", "completion_tokens", "cost", "failovers", "latency", "prompt_tokens", "requests",
+    __slots__ = ("bounds", "child", "counts", "sent", "sent_sum", "sum")
+
+    def __init__(self, child: Any, bounds: tuple[float, ...]) -> None:
+        self.child = child
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: +Inf
+        self.sent = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.sent_sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def flush(self) -> None:
+        counts, sent, buckets = self.counts, self.sent, self.child._buckets
+        for i, n in enumerate(counts):
+            if n != sent[i]:
+                buckets[i].inc(n - sent[i])
+                sent[i] = n
+        total = self.sum
+        if total != self.sent_sum:
+            self.child._sum.inc(total - self.sent_sum)
+            self.sent_sum = total
+
+
+class _ModelCell:
+    """What one (route, model, status) has counted: plain numbers on the call path, moved into the label
+    children (bound once) by :meth:`flush` — each figure keeps what it sent, so a flush never loses a count
+    made meanwhile (servers in threads share these cells)."""
+
+    __slots__ = ("_children", "capability", "completion", "cost", "failovers", "latency", "prompt", "requests", "sent",
                  "ttft")
 
     def __init__(self, route: str, model: str, status: str) -> None:
         self.capability = route == "capability"
-        self.requests = REQUESTS.labels(route, model, status)
-        self.latency = LATENCY.labels(route, model)
-        self.ttft = TTFT.labels(model)
-        self.failovers = FAILOVERS.labels(model)
-        self.prompt_tokens = TOKENS.labels(model, "prompt")
-        self.completion_tokens = TOKENS.labels(model, "completion")
-        self.cost = COST.labels(model)
+        self.requests = self.failovers = self.prompt = self.completion = 0
+        self.cost = 0.0
+        self.sent: list[float] = [0, 0, 0, 0, 0.0]
+        self.latency = _Histogram(LATENCY.labels(route, model), LATENCY_BUCKETS)
+        self.ttft = _Histogram(TTFT.labels(model), TTFT_BUCKETS)
+        self._children = (REQUESTS.labels(route, model, status), FAILOVERS.labels(model),
+                          TOKENS.labels(model, "prompt"), TOKENS.labels(model, "completion"), COST.labels(model))
+
+    def flush(self) -> None:
+        sent = self.sent
+        for i, (child, now) in enumerate(zip(self._children, (self.requests, self.failovers, self.prompt,
+                                                               self.completion, self.cost), strict=True)):
+            if now != sent[i]:
+                child.inc(now - sent[i])
+                sent[i] = now
+        self.latency.flush()
+        self.ttft.flush()
+
+
+class _Tally:
+    """One counter child counted in plain Python, moved into the child by :meth:`flush`."""
+
+    __slots__ = ("child", "n", "sent")
+
+    def __init__(self, child: Any) -> None:
+        self.child = child
+        self.n = 0
+        self.sent = 0
+
+    def flush(self) -> None:
+        n = self.n
+        if n != self.sent:
+            self.child.inc(n - self.sent)
+            self.sent = n
+
+
+_MAX_KEYS = 50 * MAX_NAMES  # the labels are bounded; this bounds the lookup dicts' raw keys as well
 
 
 class CallMetrics:
-    """The gateway's event metrics, fed one request-log record per finished call (:func:`observe_call`).
+    """The gateway's event metrics, fed one request-log record per finished call (:func:`observed`).
 
-    ``in_flight`` is a plain count (``started()`` at a call's start, down again when its record comes),
-    turned into the gauge only by the sampler, so a call pays two integer updates for it.
+    The call path only adds to plain numbers (about a microsecond per call); :meth:`flush` moves them into
+    the prometheus children — before every scrape, and with several workers every second in each worker.
+    ``in_flight`` is a plain count too (up in ``Gateway._call``, down when the call's record comes).
     """
 
     def __init__(self) -> None:
-        self._cells: dict[tuple[str, str | None, int], _ModelCell] = {}
-        self._attempts: dict[tuple[str, str | None], Any] = {}
-        self._refusals: dict[str, Any] = {}
+        self._cells: dict[tuple[str, str | None, int], _ModelCell] = {}  # what a record says → its cell
+        self._by_labels: dict[tuple[str, str, str], _ModelCell] = {}
+        self._attempts: dict[tuple[str, str | None], _Tally] = {}
+        self._attempts_by_labels: dict[tuple[str, str], _Tally] = {}
+        self._refusals: dict[str, _Tally] = {}
         self._models = _Names()
         self._endpoints = _Names()
         self.in_flight = 0
-
-    def started(self) -> None:
-        self.in_flight += 1
 
     def observe(self, r: RequestLogRecord) -> None:
         key = (r.route, r.model, r.status)
         cell = self._cells.get(key)
         if cell is None:
             cell = self._cell(key)
-        cell.requests.inc()
+        cell.requests += 1
         cell.latency.observe(r.latency_ms / 1000.0)
         if r.error_code is not None and r.status >= 429:
             self._refused(r.error_code)
@@ -194,44 +258,52 @@ class CallMetrics:
         if r.ttft_ms is not None:
             cell.ttft.observe(r.ttft_ms / 1000.0)
         if r.attempts > 1:
-            cell.failovers.inc(r.attempts - 1)
-        if r.prompt_tokens:
-            cell.prompt_tokens.inc(r.prompt_tokens)
-        if r.completion_tokens:
-            cell.completion_tokens.inc(r.completion_tokens)
-        if r.cost > 0:
-            cell.cost.inc(r.cost)
+            cell.failovers += r.attempts - 1
+        cell.prompt += r.prompt_tokens
+        cell.completion += r.completion_tokens
+        cell.cost += r.cost
         if r.attempt_log:
             attempts = self._attempts
             for a in r.attempt_log:
                 akey = (a["endpoint"], a["error_code"])
-                child = attempts.get(akey)
-                if child is None:
-                    child = self._attempt_child(akey)
-                child.inc()
+                tally = attempts.get(akey)
+                if tally is None:
+                    tally = self._attempt_tally(akey)
+                tally.n += 1
+
+    def flush(self) -> None:
+        for cell in list(self._by_labels.values()):
+            cell.flush()
+        for tally in [*self._attempts_by_labels.values(), *self._refusals.values()]:
+            tally.flush()
 
     def _cell(self, key: tuple[str, str | None, int]) -> _ModelCell:
         route, model, status = key
-        cell = _ModelCell(route if route in ROUTES else OTHER, self._models.label(model), status_class(status))
-        if len(self._cells) < 50 * MAX_NAMES:  # the labels are bounded; this bounds the dict's keys as well
+        labels = (route if route in ROUTES else OTHER, self._models.label(model), status_class(status))
+        cell = self._by_labels.get(labels)
+        if cell is None:  # another key may have the same labels (500 and 503 are both 5xx): one cell for both
+            cell = self._by_labels[labels] = _ModelCell(*labels)
+        if len(self._cells) < _MAX_KEYS:
             self._cells[key] = cell
         return cell
 
-    def _attempt_child(self, key: tuple[str, str | None]) -> Any:
+    def _attempt_tally(self, key: tuple[str, str | None]) -> _Tally:
         endpoint, code = key
-        outcome = "ok" if code is None else code if code in CATALOG else OTHER
-        child = ATTEMPTS.labels(self._endpoints.label(endpoint), outcome)
-        if len(self._attempts) < 50 * MAX_NAMES:
-            self._attempts[key] = child
-        return child
+        labels = (self._endpoints.label(endpoint), "ok" if code is None else code if code in CATALOG else OTHER)
+        tally = self._attempts_by_labels.get(labels)
+        if tally is None:
+            tally = self._attempts_by_labels[labels] = _Tally(ATTEMPTS.labels(*labels))
+        if len(self._attempts) < _MAX_KEYS:
+            self._attempts[key] = tally
+        return tally
 
     def _refused(self, code: str) -> None:
-        child = self._refusals.get(code)
-        if child is None:
+        tally = self._refusals.get(code)
+        if tally is None:
             if not is_admission_refusal(code):
                 return
-            child = self._refusals[code] = ADMISSION_REFUSALS.labels(code)
-        child.inc()
+            tally = self._refusals[code] = _Tally(ADMISSION_REFUSALS.labels(code))
+        tally.n += 1
 
 
 CALLS = CallMetrics()
@@ -283,6 +355,7 @@ def forget_dead_processes() -> None:
 def exposition(*extra: Collector) -> bytes:
     """The text exposition of every metric: this process's (or, in multiprocess mode, every worker's)
     plus ``extra`` collectors (the cluster gauges, computed once by the scraping process)."""
+    CALLS.flush()
     if MULTIPROC_DIR is None:
         text = generate_latest(REGISTRY)
     else:
