@@ -3,6 +3,7 @@ bounded label values (nothing from request input), the bearer token, and the cac
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -241,3 +242,37 @@ def test_name_labels_are_capped_and_status_classes_bounded():
     assert metrics.is_admission_refusal("caller_rpm_exceeded") and metrics.is_admission_refusal("budget_exhausted")
     assert not metrics.is_admission_refusal("upstream_rate_limited")
     assert not metrics.is_admission_refusal("made_up_exceeded")
+
+
+async def test_task_retries_are_counted_by_configured_queue(fake, hearth_server, http):
+    server = hearth_server(gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                              "upstream_model": "up"}]), offline_fallback=False)
+    fake.set_defaults(status=503)  # every model call fails retryably: the task is queued again
+    name, sample = "hearth_task_retries", "hearth_task_retries_total"
+    before = _families((await http.get(server.base_url + "/metrics")).text)
+    was = _value(before, name, sample) if name in before else 0.0
+    r = await http.post(server.base_url + "/api/v1/ai/tasks", headers=AUTH,
+                        json={"task_type": "summarize_async", "payload": {"text": "hello " * 20, "model": "m"}})
+    assert r.status_code == 202, r.text
+    for _ in range(200):  # the embedded worker claims and runs it within moments
+        families = _families((await http.get(server.base_url + "/metrics")).text)
+        if name in families and _value(families, name, sample) > was:
+            break
+        await asyncio.sleep(0.05)
+    assert _value(families, name, sample) == was + 1
+    queues = {s.labels["queue"] for s in families[name].samples}
+    assert queues <= set(server.settings.task_queues) | {"other"}
+
+
+def test_lease_expirations_of_unconfigured_queues_are_counted_as_other():
+    name, sample = "hearth_task_lease_expirations", "hearth_task_lease_expirations_total"
+    before = _families(metrics.exposition().decode())
+    metrics.count_lease_expirations(["ai.default", "caller-chosen-queue-x1"], configured={"ai.default": 4})
+    after = _families(metrics.exposition().decode())
+
+    def delta(**labels: str) -> float:
+        return _value(after, name, sample, **labels) - (_value(before, name, sample, **labels)
+                                                        if name in before else 0.0)
+
+    assert delta(queue="ai.default") == 1 and delta(queue="other") == 1
+    assert "caller-chosen-queue-x1" not in metrics.exposition().decode()
