@@ -80,8 +80,9 @@ def _two_endpoints(fake: Any, fake2: Any) -> dict[str, Any]:
     return registry
 
 
-async def test_a_scrape_after_traffic_has_every_metric_with_its_type_and_labels(fake, fake2, hearth_server, http):
-    server = hearth_server(_two_endpoints(fake, fake2), metrics_cache_s=0.01)
+async def test_a_scrape_after_traffic_has_every_metric_with_its_type_and_labels(database_url, fake, fake2,
+                                                                                 hearth_server, http):
+    server = hearth_server(_two_endpoints(fake, fake2), database_url=database_url, metrics_cache_s=0.01)
     before = _families((await http.get(server.base_url + "/metrics")).text)
     url = server.base_url + "/v1/chat/completions"
     for _ in range(3):
@@ -276,3 +277,19 @@ def test_lease_expirations_of_unconfigured_queues_are_counted_as_other():
 
     assert delta(queue="ai.default") == 1 and delta(queue="other") == 1
     assert "caller-chosen-queue-x1" not in metrics.exposition().decode()
+
+
+async def test_queued_tasks_show_in_their_queue_depth(database_url, fake, hearth_server, http):
+    server = hearth_server(gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                              "upstream_model": "up"}]), database_url=database_url,
+                           metrics_cache_s=0.01, embedded_worker=False)
+    for i in range(3):
+        r = await http.post(server.base_url + "/api/v1/ai/tasks", headers=AUTH,
+                            json={"task_type": "summarize_async", "payload": {"text": f"hello {i} " * 20}})
+        assert r.status_code == 202, r.text
+    queue = r.json()["data"]["queue"]
+    families = _families((await http.get(server.base_url + "/metrics")).text)
+    assert _value(families, "hearth_task_queue_depth", queue=queue, state="queued") == 3
+    assert _value(families, "hearth_task_queue_depth") == 3
+    assert _value(families, "hearth_tasks_running") == 0
+    assert _value(families, "hearth_task_queue_oldest_due_seconds", queue=queue) >= 0

@@ -3,8 +3,9 @@
 Three kinds of metric live here:
 
 * **event metrics** — counted where the event happens: gateway calls (from the request-log record every
-  call already builds, :func:`observe_call`), task retries and lease expirations. The per-call cost is
-  a dict lookup of label children bound once and a few ``inc``/``observe`` calls;
+  call already builds, :func:`observed`), task retries and lease expirations. A call costs a dict lookup
+  of its cell (label children bound once) and a few additions to plain numbers, which
+  :meth:`CallMetrics.flush` moves into the prometheus values before a scrape;
 * **process gauges** — a process's own state (writer backlog, breakers, pool use), set by a sampler
   (``hearth.api.metrics``) at scrape time and, with several workers, every few seconds;
 * **cluster gauges** — read from the database and the state backend at scrape time by a cached
