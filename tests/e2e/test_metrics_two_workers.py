@@ -70,5 +70,13 @@ async def test_both_workers_counters_appear_in_one_scrape(tmp_path: Path, postgr
                 break
             await asyncio.sleep(0.2)
         assert seen[-6:] == [sent] * 6, seen
+        families = {f.name: f for f in text_string_to_metric_families(scrape.text)}
+        expected = {"hearth_gateway_requests": "counter", "hearth_gateway_request_duration_seconds": "histogram",
+                    "hearth_gateway_in_flight": "gauge", "hearth_writer_backlog": "gauge",
+                    "hearth_database_up": "gauge", "hearth_state_backend_up": "gauge", "hearth_endpoint_usage": "gauge"}
+        assert {name: families[name].type for name in expected} == expected
+        assert [s.value for s in families["hearth_database_up"].samples] == [1.0]  # PostgreSQL
+        assert [s.value for s in families["hearth_state_backend_up"].samples] == [1.0]  # Redis
+        assert not any("pid" in s.labels for f in families.values() for s in f.samples)  # no per-worker series
     finally:
         server.stop()
