@@ -24,6 +24,7 @@ from hearth.api import (
     document_jobs,
     documents,
     health,
+    metrics,
     model_registry,
     openai,
     prompts,
@@ -51,11 +52,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = await start_runtime(resolved)
         app.state.runtime = rt
+        sampling = metrics.start_sampling(rt)  # several workers: each keeps its gauges fresh
         log.info("hearth_ready", host=resolved.host, port=resolved.port, state_backend=rt.state.name,
                  database=resolved.database_url.split("://", 1)[0], models=sorted(rt.gateway.registry.models))
         try:
             yield
         finally:
+            if sampling is not None:
+                sampling.cancel()
             await rt.stop()
 
     app = FastAPI(title="Hearth", version=__version__, lifespan=lifespan, default_response_class=ORJSONResponse,
@@ -64,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     _install_offline_docs(app)
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(openai.router)
     app.include_router(callers_admin.router)  # before admin.router: its /{kind} routes would claim /callers
     app.include_router(admin.router)

@@ -51,6 +51,7 @@ def serve(
     if settings.workers > 1:
         # Migrate once here, so N workers starting together do not race on a fresh database.
         _migrate_database(settings)
+        _metrics_dir(settings)
         uvicorn.run("hearth.app:create_asgi", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_config=None, access_log=settings.access_log,
                     loop="auto", **_http_options())
@@ -62,6 +63,17 @@ def serve(
 
     uvicorn.run(create_asgi(settings), host=settings.host, port=settings.port, log_config=None,
                 access_log=settings.access_log, loop="auto", timeout_graceful_shutdown=5, **_http_options())
+
+
+def _metrics_dir(settings: Settings) -> None:
+    """Several workers count into files in one directory, which every worker's ``/metrics`` merges: set
+    ``PROMETHEUS_MULTIPROC_DIR`` (inherited by the workers, read when they import prometheus-client) and
+    empty it of an earlier run's files."""
+    from hearth.observability.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
+
+    directory = Path(os.environ.get(MULTIPROC_ENV) or settings.metrics_dir).resolve()
+    prepare_multiprocess_dir(directory)
+    os.environ[MULTIPROC_ENV] = str(directory)
 
 
 def _http_options() -> dict[str, Any]:

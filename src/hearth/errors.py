@@ -161,6 +161,8 @@ CATALOG: dict[str, ErrorSpec] = {
     "upstream_auth_failed": ErrorSpec(502, True, "api_error", "The upstream provider rejected Hearth's credentials."),
     # ours
     "internal_error": ErrorSpec(500, True, "api_error", "Internal error."),
+    "metrics_token_required": ErrorSpec(401, False, "authentication_error",
+                                        "`/metrics` wants `Authorization: Bearer <metrics_token>`."),
 }
 
 

@@ -167,6 +167,16 @@ class Settings(BaseSettings):
     document_max_pages: int = Field(default=2000, ge=1, description="most pages a PDF document may have; the "
                                     "parser refuses a longer one")
 
+    # metrics (docs/operations.md, "Metrics")
+    metrics_token: str | None = Field(default=None, repr=False, description="bearer token `GET /metrics` wants "
+                                      "(`Authorization: Bearer ...`); unset: the route is open (keep it off the "
+                                      "public network)")
+    metrics_cache_s: float = Field(default=5.0, gt=0, description="the gauges read from the database and the state "
+                                   "backend are recomputed at most this often, whatever the scrape rate")
+    metrics_dir: Path = Field(default=Path("var/metrics"), description="with `workers` > 1: the directory the "
+                              "worker processes' metric files go to (emptied at start; `PROMETHEUS_MULTIPROC_DIR`, "
+                              "when set, wins)")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

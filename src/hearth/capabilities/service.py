@@ -31,6 +31,7 @@ from hearth.errors import HearthError
 from hearth.gateway.call import call_cost
 from hearth.gateway.context import CallContext
 from hearth.gateway.service import Gateway
+from hearth.observability.metrics import observed
 from hearth.observability.request_log import RequestLogRecord
 from hearth.prompts.catalog import CatalogSnapshot
 from hearth.prompts.rendering import render_messages
@@ -388,7 +389,7 @@ class Capabilities:
              error_code: str | None, degraded: Any = None) -> None:
         ctx = run.last
         ep = ctx.endpoint if ctx else None
-        self.gateway.log_writer.submit(RequestLogRecord(
+        self.gateway.log_writer.submit(observed(RequestLogRecord(
             request_id=call.request_id, created_at=datetime.now(UTC), caller=call.caller.name, route="capability",
             model=ctx.model if ctx else None, endpoint=ep.name if ep else None,
             upstream_model=ep.upstream_model if ep else None, stream=False, status=status, error_code=error_code,
@@ -399,7 +400,7 @@ class Capabilities:
             prompt_code=version.code if version else call.prompt_code,
             prompt_version=version.version if version else None, degraded=bool(degraded) if degraded else None,
             guardrails=run.guardrails or None,
-            cache_hit=run.cache_hit, task_id=call.task_id))
+            cache_hit=run.cache_hit, task_id=call.task_id)))
 
 
     def log_stream(self, call: CapabilityCall, version: PromptVersion, *, ctx: CallContext | None, status: int,

@@ -33,6 +33,7 @@ from hearth.gateway.endpoint_admission import Admitted
 from hearth.gateway.health import HealthBook
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger
+from hearth.observability.metrics import observed
 from hearth.observability.request_log import RequestLogRecord, RequestLogWriter
 from hearth.providers.base import Usage
 from hearth.registry.snapshot import Registry
@@ -196,7 +197,7 @@ class Call:
         ctx = self.ctx
         ep = ctx.endpoint
         cost = call_cost(self.deps.registry, ctx, usage)
-        self.deps.log_writer.submit(RequestLogRecord(
+        self.deps.log_writer.submit(observed(RequestLogRecord(
             request_id=ctx.request_id, created_at=datetime.now(UTC), caller=ctx.caller_name, route=ctx.route,
             model=ctx.model, endpoint=ep.name if ep else None, upstream_model=ep.upstream_model if ep else None,
             stream=ctx.stream, status=status, error_code=error_code, attempts=ctx.attempts,
@@ -209,7 +210,7 @@ class Call:
             attempt_log=[{"endpoint": a.endpoint, "status": a.status, "error_code": a.error_code,
                           "latency_ms": a.latency_ms} for a in ctx.attempt_log],
             capability=ctx.capability, prompt_code=ctx.prompt_code, prompt_version=ctx.prompt_version,
-            guardrails=ctx.guardrails, task_id=ctx.task_id))
+            guardrails=ctx.guardrails, task_id=ctx.task_id)))
 
 
 def call_cost(registry: Registry, ctx: CallContext, usage: Usage | None) -> float:

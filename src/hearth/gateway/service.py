@@ -33,6 +33,7 @@ from hearth.gateway.health import HealthBook
 from hearth.gateway.relay import RelayStream
 from hearth.gateway.scenes import Route, plan_route, resolve_scene
 from hearth.gateway.state_recovery import StateRecovery
+from hearth.observability.metrics import CALLS
 from hearth.observability.request_log import RequestLogWriter
 from hearth.providers.base import Provider, UpstreamReply, Usage
 from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
@@ -137,6 +138,7 @@ class Gateway:
         if ctx.timeout_s is not None:
             timeout = min(timeout, ctx.timeout_s)
         ctx.deadline = time.monotonic() + timeout
+        CALLS.in_flight += 1  # down again when its request-log record is counted
         return Call(CallDeps(self.state, self.ledger, self.recovery, self.health, self.log_writer, self.registry,
                              self.limits), ctx)
 

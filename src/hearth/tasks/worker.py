@@ -36,6 +36,7 @@ from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
+from hearth.observability.metrics import count_lease_expirations, count_retry
 from hearth.store.db import stop_writer_task, write_transaction
 from hearth.tasks import queue as task_queue
 from hearth.tasks.notify import PgListener, Wakeups
@@ -203,6 +204,7 @@ class Worker:
         for q in set(queues + requeued):
             self.wakeups.poke(q)
         lost = [m for m in moved if m.move.ended is not None]
+        count_lease_expirations([m.row["queue"] for m in lost], configured=self.config.queues)
         if lost:
             log.warning("task_leases_expired", tasks=len(lost), requeued=sum(m.move.to == "queued" for m in lost),
                         held=sum(m.move.to == "hold" for m in lost), failed=sum(m.move.to == "failed" for m in lost))
@@ -507,6 +509,7 @@ class _QueueRunner:
                             "failure_stage": ctx.step or "running", "versions": ctx.versions or None})
         values: dict[str, Any] = {"run_after": now + decision.delay_s, "lease_until": None, "worker": None,
                                   "error": body, "error_code": error.code}
+        count_retry(self.queue)
         if decision.verdict == "retry_uncounted":
             values["max_attempts"] = ctx.task.max_attempts + 1
         return Move(ctx.task.id, "queued", ctx.task.attempt, ended=self._end(ctx, "retry", started_at, error),
