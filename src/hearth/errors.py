@@ -161,6 +161,8 @@ CATALOG: dict[str, ErrorSpec] = {
     "upstream_auth_failed": ErrorSpec(502, True, "api_error", "The upstream provider rejected Hearth's credentials."),
     # ours
     "internal_error": ErrorSpec(500, True, "api_error", "Internal error."),
+    "service_shutting_down": ErrorSpec(503, True, "api_error", "This Hearth process is shutting down; retry (another "
+                                       "replica answers)."),
 }
 
 
