@@ -95,10 +95,10 @@ class Runtime:
     documents: DocumentService
     document_jobs: DocumentJobs
     document_tasks: DocumentTasks
+    shutdown: Shutdown  # when shutdown began, and its phases (readiness, open streams and the worker read it)
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
-    shutdown: Shutdown = field(default_factory=lambda: Shutdown(stream_grace_s=0.0, task_grace_s=0.0, timeout_s=1.0))
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
