@@ -91,17 +91,21 @@ class _StallTimer:
         self._handle.cancel()
 
 
-def open_streams(scope: Scope) -> OpenStreams | None:
-    """The register of open streams of the runtime serving this request (None without one)."""
-    shutdown = getattr(getattr(getattr(getattr(scope.get("app"), "state", None), "runtime", None), "shutdown", None),
-                       "streams", None)
-    return shutdown if isinstance(shutdown, OpenStreams) else None
+def serving_runtime(scope: Scope) -> Any:
+    """The runtime serving this request (None without one). Looked up once per stream: Starlette's ``State``
+    answers an attribute through a failed lookup and ``__getattr__`` (about a microsecond)."""
+    return getattr(getattr(scope.get("app"), "state", None), "runtime", None)
 
 
-def configured_send_timeout(scope: Scope) -> float:
-    """``stream_send_timeout_s`` of the runtime serving this request (the module default without one)."""
-    settings = getattr(getattr(getattr(scope.get("app"), "state", None), "runtime", None), "settings", None)
-    value = getattr(settings, "stream_send_timeout_s", None)
+def open_streams(runtime: Any) -> OpenStreams | None:
+    """The register of open streams of ``runtime`` (None without one)."""
+    streams = getattr(getattr(runtime, "shutdown", None), "streams", None)
+    return streams if isinstance(streams, OpenStreams) else None
+
+
+def configured_send_timeout(runtime: Any) -> float:
+    """``stream_send_timeout_s`` of ``runtime`` (the module default without one)."""
+    value = getattr(getattr(runtime, "settings", None), "stream_send_timeout_s", None)
     return value if isinstance(value, int | float) else DEFAULT_SEND_TIMEOUT_S
 
 
@@ -177,10 +181,12 @@ class EventStreamResponse(Response):
 
             watcher = asyncio.create_task(watch_disconnect())
         bound_unsent_bytes(receive, KERNEL_UNSENT_BYTES)
-        timer = _StallTimer(loop, self.send_timeout_s or configured_send_timeout(scope), lambda: stop(_TOO_SLOW))
+        rt = serving_runtime(scope)
+        send_timeout_s = self.send_timeout_s or configured_send_timeout(rt)
+        timer = _StallTimer(loop, send_timeout_s, lambda: stop(_TOO_SLOW))
         started = _Started()
         frames = None
-        streams = open_streams(scope)
+        streams = open_streams(rt)
 
         def shut_down() -> None:
             stop(_SHUTTING_DOWN)
@@ -226,7 +232,7 @@ class EventStreamResponse(Response):
                     client_left(_TOO_SLOW)
                 dropped = abort_connection(receive)  # frees the connection and its unsent bytes now
             elif stopped == _SHUTTING_DOWN:
-                await self._end_for_shutdown(scope, receive, send, started)
+                await self._end_for_shutdown(scope, receive, send, started, send_timeout_s=send_timeout_s)
             if frames is not None:
                 with contextlib.suppress(BaseException):
                     await frames.aclose()  # type: ignore[attr-defined]
@@ -235,14 +241,15 @@ class EventStreamResponse(Response):
             if dropped:
                 await asyncio.sleep(0)  # let the server see the connection lost before we return
 
-    async def _end_for_shutdown(self, scope: Scope, receive: Receive, send: Send, started: _Started) -> None:
+    async def _end_for_shutdown(self, scope: Scope, receive: Receive, send: Send, started: _Started, *,
+                                send_timeout_s: float) -> None:
         """The explicit end of a stream cut by the shutdown (never a silent truncation); a client that does not
         take it within the send timeout is left (the server closes the connection next)."""
         relay = self.relay
         end = getattr(relay, "shutdown_frame", None)
         frame = end() if end is not None else FOLLOWER_SHUTDOWN_FRAME if relay is not None else None
         try:
-            async with asyncio.timeout(self.send_timeout_s or configured_send_timeout(scope)):
+            async with asyncio.timeout(send_timeout_s):
                 if frame is None and not started.value:  # still being opened: a plain 503 answer
                     await _error_response(scope, receive, HearthError("service_shutting_down"))(scope, receive, send)
                     return
