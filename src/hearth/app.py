@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib.util
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -39,7 +45,7 @@ from hearth.api.direct_routes import DirectRoutes
 from hearth.api.error_handlers import install_error_handlers
 from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
-from hearth.runtime import start_runtime
+from hearth.runtime import Runtime, start_runtime
 from hearth.settings import Settings, load_settings
 
 log = get_logger("hearth.app")
@@ -56,7 +62,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("hearth_ready", host=resolved.host, port=resolved.port, state_backend=rt.state.name,
                  database=resolved.database_url.split("://", 1)[0], models=sorted(rt.gateway.registry.models))
         try:
-            yield
+            with _shutdown_begins_on_signals(rt):
+                yield
         finally:
             if sampling is not None:
                 sampling.cancel()
@@ -86,6 +93,41 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
     return app
+
+
+@contextmanager
+def _shutdown_begins_on_signals(rt: Runtime) -> Iterator[None]:
+    """SIGTERM / SIGINT begin the runtime's shutdown at once (:mod:`hearth.shutdown`).
+
+    uvicorn handles these signals itself: it stops accepting, waits for open connections
+    (``timeout_graceful_shutdown``), and only then runs the lifespan's shutdown. The runtime must know at
+    the first moment — ``/readyz`` turns 503, the worker stops claiming, the stream grace starts, the
+    total bound is armed — so, for the lifespan's duration, the handler the server installed is called
+    through one that tells the runtime first (one and several uvicorn workers alike: each worker process
+    installs its own). Nothing is wrapped outside the main thread (a server run in a thread, as in tests)
+    or when no handler of the server's is there (signals keep their default meaning).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def on_signal(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(functools.partial(rt.shutdown.begin, bound_process=True))
+        handler = previous[sig]
+        assert callable(handler)
+        handler(sig, frame)
+
+    wrapped = [sig for sig, handler in previous.items() if callable(handler)]
+    for sig in wrapped:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig in wrapped:
+            if signal.getsignal(sig) is on_signal:
+                signal.signal(sig, previous[sig])
 
 
 def _install_offline_docs(app: FastAPI) -> None:

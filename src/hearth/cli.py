@@ -54,7 +54,7 @@ def serve(
         _metrics_dir(settings)
         uvicorn.run("hearth.app:create_asgi", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_config=None, access_log=settings.access_log,
-                    loop="auto", **_http_options())
+                    loop="auto", timeout_graceful_shutdown=_connections_grace(settings), **_http_options())
         return
     # Imported only here: with several workers each imports the app itself (the factory string above) and
     # this process only supervises them (measured: 115 -> 81 MB resident); a refused configuration is
@@ -62,7 +62,14 @@ def serve(
     from hearth.app import create_asgi
 
     uvicorn.run(create_asgi(settings), host=settings.host, port=settings.port, log_config=None,
-                access_log=settings.access_log, loop="auto", timeout_graceful_shutdown=5, **_http_options())
+                access_log=settings.access_log, loop="auto", timeout_graceful_shutdown=_connections_grace(settings),
+                **_http_options())
+
+
+def _connections_grace(settings: Settings) -> int:
+    """How long uvicorn waits for open connections after SIGTERM before it cancels them: the stream grace,
+    plus a moment for the streams ended then to send their error event and be settled (:mod:`hearth.shutdown`)."""
+    return int(settings.shutdown_stream_grace_s) + 3
 
 
 def _metrics_dir(settings: Settings) -> None:
@@ -128,8 +135,13 @@ async def _run_worker(settings: Settings) -> None:
     rt = await start_runtime(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def begin_shutdown() -> None:  # claims stop at once; the process exits within shutdown_timeout_s
+        rt.shutdown.begin(bound_process=True)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, begin_shutdown)
     typer.echo(f"hearth worker {rt.tasks.worker.id if rt.tasks.worker else ''} serving "
                f"{', '.join(f'{q}={n}' for q, n in settings.task_queues.items())}", err=True)
     try:

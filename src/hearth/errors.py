@@ -163,6 +163,8 @@ CATALOG: dict[str, ErrorSpec] = {
     "internal_error": ErrorSpec(500, True, "api_error", "Internal error."),
     "metrics_token_required": ErrorSpec(401, False, "authentication_error",
                                         "`/metrics` wants `Authorization: Bearer <metrics_token>`."),
+    "service_shutting_down": ErrorSpec(503, True, "api_error", "This Hearth process is shutting down; retry (another "
+                                       "replica answers)."),
 }
 
 

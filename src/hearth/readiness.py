@@ -5,7 +5,9 @@ cannot serve*, not "something somewhere is degraded": a database outage delays r
 refuses strict-budget callers (their reservations cannot be made durable), but calls without
 budgets still work — that is ``degraded`` (HTTP 200), and taking every replica out at once would
 turn it into a full outage. A state backend that does not answer (admission fails closed) or no
-enabled endpoint is ``not_ready`` (HTTP 503).
+enabled endpoint is ``not_ready`` (HTTP 503). A process whose shutdown has begun is ``shutting_down``
+(HTTP 503) at once, without asking its dependencies: a load balancer stops sending before the
+listener closes (:mod:`hearth.shutdown`).
 """
 
 from __future__ import annotations
@@ -20,19 +22,21 @@ from hearth.runtime import Runtime
 
 @dataclass(slots=True, frozen=True)
 class Readiness:
-    status: str  # ready | degraded | not_ready
+    status: str  # ready | degraded | not_ready | shutting_down
     checks: dict[str, str]
     budgeted_calls: str  # admitted | refused
 
     @property
     def http_status(self) -> int:
-        return 503 if self.status == "not_ready" else 200
+        return 503 if self.status in ("not_ready", "shutting_down") else 200
 
     def as_dict(self) -> dict[str, Any]:
         return {"status": self.status, "checks": self.checks, "budgeted_calls": self.budgeted_calls}
 
 
 async def readiness(rt: Runtime) -> Readiness:
+    if rt.shutdown.begun:
+        return Readiness("shutting_down", {"shutdown": "begun"}, "refused")
     checks: dict[str, str] = {}
     try:
         async with rt.engine.connect() as conn:

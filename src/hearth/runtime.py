@@ -53,6 +53,7 @@ from hearth.registry.store import (
     set_endpoint_enabled,
 )
 from hearth.settings import Settings, read_config_file
+from hearth.shutdown import Shutdown
 from hearth.state.base import StateBackend, StateUnavailable
 from hearth.state.factory import MemoryStateClaim, create_state, refuse_memory_with_workers
 from hearth.store.db import create_engine, migrate
@@ -94,6 +95,7 @@ class Runtime:
     documents: DocumentService
     document_jobs: DocumentJobs
     document_tasks: DocumentTasks
+    shutdown: Shutdown  # when shutdown began, and its phases (readiness, open streams and the worker read it)
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
@@ -160,11 +162,18 @@ class Runtime:
                 log.warning("budget_sweep_failed", error=type(exc).__name__)
 
     async def stop(self) -> None:
+        """The shutdown's last phases (:mod:`hearth.shutdown`): by now the server has stopped accepting and
+        waited for its connections (or shutdown begins here: ``hearth worker``, tests). Running tasks get what
+        is left of ``task_grace_s`` and the rest are handed back; then writers flush and backends close."""
+        shutdown = self.shutdown
+        shutdown.begin()
+        shutdown.end_answers()  # the server has stopped waiting for its connections: no stream goes on
         if self.scheduler is not None:  # no new occurrence fires while the rest shuts down
             await self.scheduler.stop()
         if self.run_waker is not None:
             await self.run_waker.stop()
-        await self.tasks.stop()  # first: running tasks finish (or are handed back) while the gateway still serves
+        # running tasks finish (or are handed back) while the gateway still serves them
+        await self.tasks.stop(grace_s=shutdown.left(shutdown.task_grace_s))
         await self.recovery.stop()
         for task in self._tasks:
             task.cancel()
@@ -177,6 +186,7 @@ class Runtime:
         if self._claim is not None:
             await self._claim.release()
         await self.engine.dispose()
+        shutdown.finished()
 
 
 def task_types(settings: Settings) -> TaskTypes:
@@ -202,8 +212,17 @@ def source_limits(settings: Settings) -> SourceLimits:
                         timeout_s=settings.file_url_timeout_s, url_allow=tuple(settings.file_url_allow))
 
 
+def check_shutdown_bound(settings: Settings) -> None:
+    """The total bound must leave room for the graces and the flushes after them."""
+    graces = max(settings.shutdown_stream_grace_s, settings.task_grace_s)
+    if settings.shutdown_timeout_s < graces + 10:
+        raise SystemExit(f"shutdown_timeout_s ({settings.shutdown_timeout_s:g} s) must be at least the larger grace "
+                         f"({graces:g} s: shutdown_stream_grace_s, task_grace_s) plus 10 s for the flushes after it")
+
+
 async def start_runtime(settings: Settings) -> Runtime:
     refuse_memory_with_workers(settings)
+    check_shutdown_bound(settings)
     engine = create_engine(settings.database_url)
     await migrate(engine)
     claim: MemoryStateClaim | None = None
@@ -286,7 +305,11 @@ async def start_runtime(settings: Settings) -> Runtime:
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
                  schedules=schedule_service, reviews=reviews, workflows=definitions, runs=runs, documents=documents,
                  document_jobs=document_jobs, document_tasks=document_tasks,
-                 scheduler=scheduler, _claim=claim)
+                 scheduler=scheduler, _claim=claim,
+                 shutdown=Shutdown(stream_grace_s=settings.shutdown_stream_grace_s, task_grace_s=settings.task_grace_s,
+                                   timeout_s=settings.shutdown_timeout_s))
+    if tasks.worker is not None:
+        rt.shutdown.on_begin(tasks.worker.stop_claiming)
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
     ledger.start()

@@ -166,6 +166,12 @@ class Settings(BaseSettings):
                                     "(upload, `file_id` or `file_url`); larger is 413 `document_too_large`")
     document_max_pages: int = Field(default=2000, ge=1, description="most pages a PDF document may have; the "
                                     "parser refuses a longer one")
+    shutdown_stream_grace_s: float = Field(default=20.0, ge=0, description="on SIGTERM, how long in-flight "
+                                           "answers (streams, calls) may finish; past it a stream ends with an "
+                                           "explicit `service_shutting_down` error event (docs/deployment.md)")
+    shutdown_timeout_s: float = Field(default=60.0, gt=0, description="the whole shutdown's bound: the process "
+                                      "exits within this of SIGTERM (at least the larger grace plus 10 s, checked "
+                                      "at start); give an orchestrator's kill timeout a few seconds more")
 
     # metrics (docs/operations.md, "Metrics")
     metrics_token: str | None = Field(default=None, repr=False, description="bearer token `GET /metrics` wants "

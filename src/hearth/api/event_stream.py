@@ -20,6 +20,12 @@ connection). Failover goes on behind the comments. A failure within the first ``
 answered as before, a JSON error with its status and ``x-should-retry`` (the hot path's rendering);
 once the stream has started it can only be an SSE error event. A stream opened within ``keepalive_s``
 costs one timer, no task; only a slow one gets the task that sends the comments.
+
+Every open stream is registered with the process's shutdown (:class:`hearth.shutdown.OpenStreams`): an
+*answer* (a source with ``shutdown_frame``, or a stream being opened) is ended when the stream grace is
+over, with the source's own error event (or, not started yet, a 503 ``service_shutting_down``); any other
+stream *follows* events stored elsewhere and is ended as soon as shutdown begins, with an ``error`` event
+``service_shutting_down`` (no ``id:``, so the client resumes from its last event elsewhere).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.gateway.relay import RelayStream
 from hearth.observability.logging import get_logger
+from hearth.shutdown import OpenStreams
 
 log = get_logger("hearth.api")
 
@@ -48,6 +55,9 @@ DEFAULT_SEND_TIMEOUT_S = 30.0
 _DISCONNECTED = "client_disconnected"
 _TOO_SLOW = "client_too_slow"
 _FINISHED = "finished"
+_SHUTTING_DOWN = "service_shutting_down"
+FOLLOWER_SHUTDOWN_FRAME = (b'event: error\ndata: {"code":"service_shutting_down","message":"This Hearth process is '
+                           b'shutting down; reconnect with Last-Event-ID to continue."}\n\n')
 KERNEL_UNSENT_BYTES = 16 * 1024
 KEEPALIVE_FRAME = b": keep-alive\n\n"
 
@@ -81,10 +91,21 @@ class _StallTimer:
         self._handle.cancel()
 
 
-def configured_send_timeout(scope: Scope) -> float:
-    """``stream_send_timeout_s`` of the runtime serving this request (the module default without one)."""
-    settings = getattr(getattr(getattr(scope.get("app"), "state", None), "runtime", None), "settings", None)
-    value = getattr(settings, "stream_send_timeout_s", None)
+def serving_runtime(scope: Scope) -> Any:
+    """The runtime serving this request (None without one). Looked up once per stream: Starlette's ``State``
+    answers an attribute through a failed lookup and ``__getattr__`` (about a microsecond)."""
+    return getattr(getattr(scope.get("app"), "state", None), "runtime", None)
+
+
+def open_streams(runtime: Any) -> OpenStreams | None:
+    """The register of open streams of ``runtime`` (None without one)."""
+    streams = getattr(getattr(runtime, "shutdown", None), "streams", None)
+    return streams if isinstance(streams, OpenStreams) else None
+
+
+def configured_send_timeout(runtime: Any) -> float:
+    """``stream_send_timeout_s`` of ``runtime`` (the module default without one)."""
+    value = getattr(getattr(runtime, "settings", None), "stream_send_timeout_s", None)
     return value if isinstance(value, int | float) else DEFAULT_SEND_TIMEOUT_S
 
 
@@ -160,9 +181,18 @@ class EventStreamResponse(Response):
 
             watcher = asyncio.create_task(watch_disconnect())
         bound_unsent_bytes(receive, KERNEL_UNSENT_BYTES)
-        timer = _StallTimer(loop, self.send_timeout_s or configured_send_timeout(scope), lambda: stop(_TOO_SLOW))
+        rt = serving_runtime(scope)
+        send_timeout_s = self.send_timeout_s or configured_send_timeout(rt)
+        timer = _StallTimer(loop, send_timeout_s, lambda: stop(_TOO_SLOW))
         started = _Started()
         frames = None
+        streams = open_streams(rt)
+
+        def shut_down() -> None:
+            stop(_SHUTTING_DOWN)
+
+        if streams is not None:
+            streams.add(shut_down, answer=self.relay is None or hasattr(self.relay, "shutdown_frame"))
         try:
             if self.relay is None and await self._open(scope, receive, send, timer, started=started) is None:
                 return  # the failure has been answered
@@ -187,6 +217,8 @@ class EventStreamResponse(Response):
             pass  # the transport died under us: same as a disconnect
         finally:
             stopped, ending = ending, _FINISHED  # nothing may cancel the clean-up below
+            if streams is not None:
+                streams.discard(shut_down)
             timer.cancel()
             if watcher is not None:
                 watcher.cancel()
@@ -199,6 +231,8 @@ class EventStreamResponse(Response):
                 if client_left is not None:
                     client_left(_TOO_SLOW)
                 dropped = abort_connection(receive)  # frees the connection and its unsent bytes now
+            elif stopped == _SHUTTING_DOWN:
+                await self._end_for_shutdown(scope, receive, send, started, send_timeout_s=send_timeout_s)
             if frames is not None:
                 with contextlib.suppress(BaseException):
                     await frames.aclose()  # type: ignore[attr-defined]
@@ -206,6 +240,28 @@ class EventStreamResponse(Response):
                 await relay.close()
             if dropped:
                 await asyncio.sleep(0)  # let the server see the connection lost before we return
+
+    async def _end_for_shutdown(self, scope: Scope, receive: Receive, send: Send, started: _Started, *,
+                                send_timeout_s: float) -> None:
+        """The explicit end of a stream cut by the shutdown (never a silent truncation); a client that does not
+        take it within the send timeout is left (the server closes the connection next)."""
+        relay = self.relay
+        end = getattr(relay, "shutdown_frame", None)
+        frame = end() if end is not None else FOLLOWER_SHUTDOWN_FRAME if relay is not None else None
+        try:
+            async with asyncio.timeout(send_timeout_s):
+                if frame is None and not started.value:  # still being opened: a plain 503 answer
+                    await _error_response(scope, receive, HearthError("service_shutting_down"))(scope, receive, send)
+                    return
+                if frame is None:
+                    frame = _error_event(HearthError("service_shutting_down"))
+                if not started.value:
+                    started.value = True
+                    await send({"type": "http.response.start", "status": 200, "headers": _HEADERS + self.extra})
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (TimeoutError, OSError, RuntimeError) as exc:
+            log.info("shutdown_end_not_sent", error=type(exc).__name__)
 
     async def _open(self, scope: Scope, receive: Receive, send: Send, timer: _StallTimer,
                     *, started: _Started) -> FrameSource | None:

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.capabilities import chat_requests
 from hearth.capabilities.chat_requests import ChatKey
 from hearth.errors import HearthError
-from hearth.gateway.relay import RelayStream
+from hearth.gateway.relay import SHUTDOWN_MESSAGE, RelayStream
 from hearth.providers.base import Usage
 from hearth.wire.sse import SSEParser
 
@@ -129,6 +129,17 @@ class OwnedChatStream:
     def client_left(self, code: str) -> None:
         if self._relay is not None:
             self._relay.client_left(code)
+
+    def shutdown_frame(self) -> bytes:
+        """The process is shutting down and its stream grace is over: an ``error`` event
+        ``service_shutting_down`` ends the stream (nothing if it had ended already); stored with the run, so a
+        client resuming elsewhere sees it too."""
+        if self._relay is not None:
+            self._relay.shutdown_frame()  # what the request log says
+        if any(e["event"] in ("done", "error", "busy") for e in self._run.events):
+            return b""
+        self._outcome.error = {"code": "service_shutting_down", "message": SHUTDOWN_MESSAGE, "status": 503}
+        return encode(self._run.append("error", {"code": "service_shutting_down", "message": SHUTDOWN_MESSAGE}))
 
     async def frames(self) -> AsyncIterator[bytes]:
         try:

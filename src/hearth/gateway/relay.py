@@ -33,6 +33,8 @@ from hearth.wire.model_name import ChunkRenamer
 from hearth.wire.sse import encode_event
 
 DONE_FRAME = b"data: [DONE]\n\n"
+SHUTDOWN_MESSAGE = ("This Hearth process is shutting down and ended the stream before the answer was complete; "
+                    "retry the call (another replica answers).")
 
 
 def error_frame(code: str, message: str) -> bytes:
@@ -66,6 +68,14 @@ class RelayStream:
     def client_left(self, code: str) -> None:
         """The response gave up on the client (e.g. ``client_too_slow``): that is what the log says."""
         self._status, self._error_code = 499, code
+
+    def shutdown_frame(self) -> bytes:
+        """The process is shutting down and its stream grace is over: the error event that ends the stream
+        (empty if the stream had already finished), and what the log says (503 ``service_shutting_down``)."""
+        if self._status == 200 and self._error_code is None:
+            return b""
+        self._status, self._error_code = 503, "service_shutting_down"
+        return error_frame("service_shutting_down", SHUTDOWN_MESSAGE)
 
     async def frames(self) -> AsyncIterator[bytes]:
         remaining = self._call.ctx.deadline - time.monotonic()

@@ -41,9 +41,10 @@ class TaskEngine:
         if self.sender is not None:
             self.sender.start()
 
-    async def stop(self) -> None:
+    async def stop(self, *, grace_s: float | None = None) -> None:
+        """Stop the worker (running tasks get ``grace_s``, else the configured grace) and its engine."""
         if self.worker is not None:
-            await self.worker.stop()
+            await self.worker.stop(grace_s=grace_s)
             if self.worker.engine is not self.service.engine:
                 await self.worker.engine.dispose()
         if self.sender is not None:

@@ -17,7 +17,10 @@ fails them once out of attempts, and holds them for an operator when their type 
 It also moves ``waiting`` tasks whose time has come to ``queued``.
 
 Shutdown (:meth:`Worker.stop`) stops claiming, lets running tasks finish for ``grace_s``, then hands the
-rest back (``queued`` again, or ``hold`` when not safe to repeat) before the process exits.
+rest back (``queued`` again, or ``hold`` when not safe to repeat) before the process exits. A process that
+shuts down gracefully calls :meth:`Worker.stop_claiming` as soon as shutdown begins (``hearth.shutdown``). A
+task handed back keeps its attempt: the claim counted one, so the hand-back allows one more (the attempt
+number itself only grows — it fences writes). A task lost with a crashed worker does count the attempt.
 """
 
 from __future__ import annotations
@@ -120,13 +123,18 @@ class Worker:
     def running(self) -> int:
         return sum(len(r.running) for r in self.runners.values())
 
-    async def stop(self) -> None:
-        """Stop claiming, wait up to ``grace_s`` for running tasks, hand back the rest, stop the loops."""
+    def stop_claiming(self) -> None:
+        """No new claims from now on (shutdown has begun); running tasks go on."""
         for runner in self.runners.values():
             runner.claiming = False
+
+    async def stop(self, *, grace_s: float | None = None) -> None:
+        """Stop claiming, wait up to ``grace_s`` (else the configured one) for running tasks, hand back the rest,
+        stop the loops."""
+        self.stop_claiming()
         running = [r.task for runner in self.runners.values() for r in runner.running.values()]
         if running:
-            await asyncio.wait(running, timeout=self.config.grace_s)
+            await asyncio.wait(running, timeout=self.config.grace_s if grace_s is None else grace_s)
         for runner in self.runners.values():
             await runner.hand_back()
         for runner in self.runners.values():
@@ -493,7 +501,8 @@ class _QueueRunner:
                 "hold_reason": f"the worker shut down during attempt {ctx.task.attempt} (step {ctx.step or 'unknown'})"
                                f"; {ctx.task.task_type} is not safe to repeat blindly"})
         return Move(ctx.task.id, "queued", ctx.task.attempt, ended=end, detail={"reason": "worker_shutdown"},
-                    values={"lease_until": None, "worker": None, "run_after": self.worker.clock.now()})
+                    values={"lease_until": None, "worker": None, "run_after": self.worker.clock.now(),
+                            "max_attempts": ctx.task.max_attempts + 1})  # the attempt is given back
 
     def _failed_or_retried(self, ctx: TaskContext, ttype: TaskType, exc: BaseException, *, started_at: float) -> Move:
         error = as_hearth_error(exc)
