@@ -4,6 +4,7 @@ while the condition does not hold or alerts are off. Time is a fake clock (the w
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -28,10 +29,10 @@ from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.terminal import TerminalRules
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes
+from hearth.tasks.worker import Worker, WorkerConfig
 from hearth.testing.fake_clock import FakeClock
 from hearth.workflows.reviews import ReviewRequest, ReviewService
 from tests.observability.alert_support import KEY, LOCAL, Receiver, running_receiver
-from tests.tasks.conftest import Harness
 
 INTERVAL = 30.0
 WINDOW = 3600.0
@@ -185,16 +186,22 @@ async def test_a_dead_letter_raises_its_alert_with_its_severity_through_the_aler
         engine: AsyncEngine, database_url: str, receiver: Receiver, alerts_on: bool) -> None:
     types = TaskTypes()
     types.register(TaskType("bad", _bad_input, queue="q.fast"))
-    h = Harness(engine, types, database_url)
-    h.service.rules = TerminalRules(alert_window_s=WINDOW if alerts_on else None)
+    rules = TerminalRules(alert_window_s=WINDOW if alerts_on else None)
+    wakeups = Wakeups()
+    service = TaskService(engine=engine, types=types, queues={"q.fast": QueueLimits()}, wakeups=wakeups,
+                          guard=LOCAL, rules=rules)
+    worker = Worker(engine, types, None, WorkerConfig(queues={"q.fast": 1}, lease_s=3.0, heartbeat_s=1.0,
+                                                      poll_s=0.2, reap_s=0.2, grace_s=2.0, rules=rules),
+                    wakeups=wakeups, database_url=database_url)
+    ended = asyncio.Event()
+    wakeups.on_ended(lambda _ids: ended.set())
+    await worker.start()
     try:
-        await h.worker(concurrency=1, rules=h.service.rules)
-        (row, _), = await h.service.submit([Submission("bad", {}, caller="c")])
-        await h.wait_terminal([row["id"]])
+        (row, _), = await service.submit([Submission("bad", {}, caller="c")])
+        await asyncio.wait_for(ended.wait(), 20)
     finally:
-        for w in h.workers:
-            await w.stop()
-    assert (await h.service.dead_letter(row["id"]))["severity"] == "P3"
+        await worker.stop()
+    assert (await service.dead_letter(row["id"]))["severity"] == "P3"
     found = await alerts.page(engine, kind="dead_letter", state=None, before_id=None, limit=10)
     if not alerts_on:
         assert found == []  # not configured: nothing is raised
