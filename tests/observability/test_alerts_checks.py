@@ -107,13 +107,14 @@ async def test_a_budget_crossing_80_then_100_percent_fires_each_once(engine: Asy
     assert await c.next_pass() == 0  # still at 80 %: suppressed
     await c.state.adjust_counters({daily: 200, acme: 1_000_000})
     assert await c.next_pass() == 2
-    rows = await c.rows("budget_threshold")
-    assert [(r["subject"], r["severity"], r["suppressed"]) for r in rows] == [
-        (f"{daily}@0.8", "P2", 1), (f"{daily}@1", "P1", 0), (f"{acme}@1", "P1", 0)]
-    assert rows[1]["payload"] == {"budget": "daily", "caller": "tester", "scope": "caller", "period": "day",
+    rows = {r["subject"]: r for r in await c.rows("budget_threshold")}
+    assert {s: (r["severity"], r["suppressed"]) for s, r in rows.items()} == {
+        f"{daily}@0.8": ("P2", 1), f"{daily}@1": ("P1", 0), f"{acme}@1": ("P1", 0)}
+    assert rows[f"{daily}@1"]["payload"] == {"budget": "daily", "caller": "tester", "scope": "caller", "period": "day",
                                   "period_key": daily.rsplit("|", 1)[-1], "unit": "tokens", "threshold": 1.0,
                                   "limit": 1000, "used": 1000}
-    assert (rows[2]["payload"]["limit"], rows[2]["payload"]["used"]) == (2.0, 2.0)  # money in currency units
+    money = rows[f"{acme}@1"]["payload"]
+    assert (money["limit"], money["used"]) == (2.0, 2.0)  # money in currency units, not micro-units
 
 
 async def _noop(ctx: TaskContext) -> dict[str, Any]:

@@ -65,8 +65,8 @@ class AlertChecks:
             found += await _guarded(check)
         raised = 0
         if found:
-            async with write_transaction(self._engine) as conn:
-                for alert in found:
+            async with write_transaction(self._engine) as conn:  # in key order: processes lock keys alike
+                for alert in sorted(found, key=lambda a: alerts.dedup_key(a.kind, a.subject)):
                     if await alerts.record(conn, alert, now=now, window_s=self._config.window_s) is not None:
                         raised += 1
         return raised
