@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hearth.workflows.reviews import ReviewRequest
 from tests.observability.alert_support import KEY, Receiver, running_receiver
 from tests.support import ADMIN, AUTH, chat_body, gateway_registry
 
@@ -94,3 +95,15 @@ async def test_without_an_alert_url_nothing_is_raised(
     await _disable_both(http, server, fake)
     listed = (await http.get(server.base_url + URL, headers=ADMIN)).json()["data"]
     assert listed == {"alerts": [], "next_cursor": None}
+
+
+async def test_a_running_hearth_checks_polled_conditions_as_a_scheduler_pass(
+        fake: Any, fake2: Any, hearth_server: Any, receiver: Receiver) -> None:
+    """The wiring of the polled checks: settings → the scheduler's pass → the process's sender → the receiver."""
+    server = hearth_server(_registry(fake, fake2), alert_url=receiver.url, callback_signing_key=KEY,
+                           callback_url_allow=["127.0.0.1/32"], embedded_worker=False, scheduler_interval_s=0.1,
+                           alert_check_interval_s=0.1, alert_review_lead_s=900)
+    server.call(server.runtime.reviews.raise_item(ReviewRequest(title="t", payload={}, timeout_s=600,
+                                                                queue="finance")))
+    (got,) = await _received(receiver, 1)
+    assert (got["kind"], got["subject"], got["payload"]["items"]) == ("review_expiring", "finance", 1)
