@@ -24,6 +24,7 @@ from hearth import __version__
 from hearth.api import (
     admin,
     ai,
+    alerts,
     budgets,
     callers_admin,
     dead_letters,
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(openai.router)
     app.include_router(callers_admin.router)  # before admin.router: its /{kind} routes would claim /callers
+    app.include_router(alerts.router)  # before admin.router: its /{kind} routes would claim /alerts
     app.include_router(admin.router)
     app.include_router(request_logs.router)
     app.include_router(budgets.router)

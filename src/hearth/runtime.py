@@ -18,6 +18,9 @@ from typing import Any
 import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.alerting.checks import AlertChecks
+from hearth.alerting.config import AlertConfig, alert_config, check_alert_url
+from hearth.alerting.sender import AlertSender
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.chat_stream import ChatRuns
 from hearth.capabilities.sources import SourceLimits
@@ -33,6 +36,7 @@ from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.endpoint_admission import cooldown_key
 from hearth.gateway.service import Gateway
 from hearth.gateway.state_recovery import StateRecovery
+from hearth.observability import alerts
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
 from hearth.prompts.catalog import PromptCatalog
@@ -98,6 +102,7 @@ class Runtime:
     shutdown: Shutdown  # when shutdown began, and its phases (readiness, open streams and the worker read it)
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
+    alerting: AlertConfig | None = None  # None: no alert URL, nothing is raised
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
@@ -144,9 +149,22 @@ class Runtime:
     async def disable_after_auth_failure(self, ep: Endpoint, status: int) -> None:
         """Disable ``ep`` as the gateway's decision: held through applies and restarts until an operator
         enables it or the registry file brings a new key (:mod:`hearth.registry.endpoint_holds`)."""
-        await set_endpoint_enabled(self.engine, ep.name, False, f"upstream answered {status}: credentials rejected",
-                                   by="gateway")
+        reason = f"upstream answered {status}: credentials rejected"
+        await set_endpoint_enabled(self.engine, ep.name, False, reason, by="gateway")
         await self.reload_registry()
+        await self.alert_endpoint_disabled(ep.name, by="gateway", reason=reason)
+
+    async def alert_endpoint_disabled(self, name: str, *, by: str, reason: str | None) -> None:
+        """Raise ``endpoint_disabled`` (P1 when the gateway disabled it, P3 for an operator) if alerts are on;
+        a failure to record it is logged, never raised into the disabling path."""
+        if self.alerting is None:
+            return
+        alert = alerts.Alert("endpoint_disabled", name, "P1" if by == "gateway" else "P3",
+                             {"endpoint": name, "disabled_by": by, "reason": reason})
+        try:
+            await alerts.record_now(self.engine, alert, now=time.time(), window_s=self.alerting.window_s)
+        except Exception as exc:
+            log.warning("alert_not_recorded", kind="endpoint_disabled", endpoint=name, error=type(exc).__name__)
 
     async def _sweep_reservations(self) -> None:
         """Close, as spent, reservations whose call died (no settlement long after any call can last)."""
@@ -242,6 +260,7 @@ async def start_runtime(settings: Settings) -> Runtime:
         definitions = DefinitionStore(engine)
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)
+        await check_alert_url(settings, outbound)
         if settings.config is not None:
             spec = RegistrySpec.model_validate(read_config_file(settings.config))
             flows = await _file_workflows(settings, spec, types, definitions)  # checked before anything is written
@@ -297,15 +316,20 @@ async def start_runtime(settings: Settings) -> Runtime:
     reviews = ReviewService(engine, escalation_url=escalation_url)
     schedule_service = ScheduleService(engine, tasks.service, reviews)
     runs = RunService(engine, definitions, tasks.service, reviews)
-    scheduler = (Scheduler((schedule_service.tick, reviews.expire_due, runs.advance_all),
-                           interval_s=settings.scheduler_interval_s) if settings.scheduler_enabled else None)
+    alerting = alert_config(settings)
+    passes = [schedule_service.tick, reviews.expire_due, runs.advance_all]
+    if alerting is not None:
+        passes.append(AlertChecks(engine, alerting, registry=lambda: gateway.registry, health=gateway.health,
+                                  state=state, reviews=reviews).run_pass)
+    scheduler = (Scheduler(tuple(passes), interval_s=settings.scheduler_interval_s)
+                 if settings.scheduler_enabled else None)
     documents.session = session
     document_jobs = DocumentJobs(engine, documents, runs, prompts)
     rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
                  schedules=schedule_service, reviews=reviews, workflows=definitions, runs=runs, documents=documents,
                  document_jobs=document_jobs, document_tasks=document_tasks,
-                 scheduler=scheduler, _claim=claim,
+                 scheduler=scheduler, alerting=alerting, _claim=claim,
                  shutdown=Shutdown(stream_grace_s=settings.shutdown_stream_grace_s, task_grace_s=settings.task_grace_s,
                                    timeout_s=settings.shutdown_timeout_s))
     if tasks.worker is not None:
@@ -322,6 +346,9 @@ async def start_runtime(settings: Settings) -> Runtime:
     escalations = build_sender(settings, engine, session, guard=outbound)
     if escalations is not None:
         rt._tasks.append(asyncio.create_task(escalations.run(), name="review-escalations"))
+    if alerting is not None:
+        alert_sender = AlertSender(engine, session, alerting, guard=outbound)
+        rt._tasks.append(asyncio.create_task(alert_sender.run(), name="alert-sender"))
     await tasks.start()
     if scheduler is not None:
         rt.run_waker = RunWaker(runs)

@@ -183,6 +183,47 @@ class Settings(BaseSettings):
                               "worker processes' metric files go to (emptied at start; `PROMETHEUS_MULTIPROC_DIR`, "
                               "when set, wins)")
 
+    # alerts (docs/operations.md, Alerts)
+    alert_url: str | None = Field(default=None, description="alerts (endpoint disabled, breaker open, budget "
+                                  "thresholds, dead letters, queue backlog, review expiry) are POSTed here, signed "
+                                  "with `callback_signing_key` (required) and address-guarded like callbacks; "
+                                  "unset: `alert_webhook_url`, else no alerts")
+    alert_window_s: float = Field(default=3600.0, gt=0, description="one alert per kind and subject within this "
+                                  "window; repeats are counted and reported with the next one")
+    alert_check_interval_s: float = Field(default=30.0, gt=0, description="how often the scheduler checks the "
+                                          "polled alert conditions (breakers, budgets, queues, reviews)")
+    alert_breaker_open_minutes: float = Field(default=5.0, gt=0, description="an endpoint's circuit that has "
+                                              "not closed for this long raises `breaker_open`")
+    alert_budget_thresholds: Annotated[list[float], NoDecode] = Field(
+        default_factory=lambda: [0.8, 1.0], description="shares of a budget's limit whose crossing raises "
+        "`budget_threshold`, comma-separated in the environment")
+    alert_queue_age_s: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict, description="per queue, the age (s) of its oldest due task that raises "
+        "`queue_backlog`, e.g. `default=300,reports=60`; a queue not listed is not checked")
+    alert_review_lead_s: float = Field(default=900.0, ge=0, description="open review items expiring within this "
+                                       "raise `review_expiring` (per queue); expired ones raise `review_expired`")
+    alert_max_attempts: int = Field(default=8, ge=1, le=50, description="deliveries of one alert before it is "
+                                    "given up (kept, listed by GET /api/v1/admin/alerts)")
+
+    @field_validator("alert_budget_thresholds", mode="before")
+    @classmethod
+    def _alert_thresholds(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [float(v) for v in value.split(",") if v.strip()]
+        if isinstance(value, list) and any(not 0 < float(v) <= 10 for v in value):
+            raise ValueError("budget thresholds are shares of the limit: above 0 (e.g. 0.8, 1.0)")
+        return value
+
+    @field_validator("alert_queue_age_s", mode="before")
+    @classmethod
+    def _alert_queue_ages(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pairs = [p.strip().partition("=") for p in value.split(",") if p.strip()]
+            value = {name.strip(): float(age) for name, _, age in pairs}
+        if isinstance(value, dict) and any(float(v) <= 0 for v in value.values()):
+            raise ValueError("queue age thresholds are seconds above 0")
+        return value
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

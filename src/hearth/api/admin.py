@@ -99,6 +99,8 @@ async def _toggle(request: Request, name: str, enabled: bool) -> Response:
         except StateUnavailable as exc:
             raise HearthError("state_backend_unavailable", retry_after=2) from exc
     await rt.reload_registry()
+    if not enabled:
+        await rt.alert_endpoint_disabled(name, by="admin", reason=reason)
     ep = rt.gateway.registry.endpoints[name]  # as the router now sees it (a disabled provider still counts)
     return ok(request, {"name": name, "enabled": ep.enabled, "disabled_reason": ep.disabled_reason,
                         "disabled_by": ep.disabled_by})

@@ -34,6 +34,7 @@ class EndpointHealth:
     latency_ms: float = 0.0
     recent_errors: float = 0.0
     errors_at: float = 0.0
+    opened_at: float = 0.0  # when the circuit last opened from closed (meaningful while open_until != 0)
 
     def state(self, now: float) -> str:
         if self.open_until == 0.0:
@@ -109,6 +110,8 @@ class HealthBook:
         h.probe_in_flight = False
         h.consecutive_failures += 1
         if was_probe or (h.open_until == 0.0 and h.consecutive_failures >= self.failure_threshold):
+            if h.open_until == 0.0:
+                h.opened_at = now
             h.open_until = now + self.open_s
             return True
         return False
@@ -127,6 +130,12 @@ class HealthBook:
         elif state == "half_open" and h.probe_in_flight and wait == 0.0:
             return None
         return wait
+
+    def open_since(self, now: float, longer_than_s: float) -> list[tuple[str, float]]:
+        """Endpoints whose circuit has not closed (open, or half-open with failing probes) for at least
+        ``longer_than_s``, with when it opened: what the ``breaker_open`` alert reports."""
+        return [(name, h.opened_at) for name, h in self._book.items()
+                if h.open_until != 0.0 and now - h.opened_at >= longer_than_s]
 
     def released_probe(self, name: str) -> None:
         """A probe that ended without a verdict (e.g. a 400) frees the half-open slot."""

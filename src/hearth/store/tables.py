@@ -653,3 +653,31 @@ document_results = Table(
     Column("job_id", String(40), nullable=False),  # the job that produced it
     Column("created_at", Float, nullable=False),
 )
+
+# owner: hearth.observability.alerts — what an operator must hear about (docs/operations.md, Alerts): one row per
+# (kind, subject) per dedup window, with the repeats it suppressed, delivered signed to HEARTH_ALERT_URL
+alerts = Table(
+    "alerts", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("kind", String(32), nullable=False),  # endpoint_disabled | breaker_open | budget_threshold | ...
+    Column("subject", String(256), nullable=False),  # what it is about: an endpoint, a queue, a task id, ...
+    Column("severity", String(8), nullable=False),  # P1 | P2 | P3
+    Column("payload", JSON, nullable=False),
+    Column("dedup_key", String(300), nullable=False),  # kind:subject (hashed when long)
+    Column("window_start", Float, nullable=False),  # this alert's first occurrence
+    Column("window_end", Float, nullable=False),  # repeats before this are counted in `suppressed`, not sent
+    Column("suppressed", Integer, nullable=False, default=0),  # repeats within this window
+    Column("previous_suppressed", Integer, nullable=False, default=0),  # the previous window's, reported here
+    Column("last_seen_at", Float, nullable=False),
+    Column("state", String(16), nullable=False),  # pending | delivering | delivered | gave_up
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_at", Float, nullable=False),
+    Column("lease_until", Float, nullable=True),
+    Column("last_status", Integer, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float, nullable=True),
+)
+Index("ix_alerts_dedup", alerts.c.dedup_key, alerts.c.window_start)
+Index("ix_alerts_due", alerts.c.state, alerts.c.next_at)
+Index("ix_alerts_kind", alerts.c.kind, alerts.c.id)

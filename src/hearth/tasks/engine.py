@@ -60,7 +60,8 @@ def terminal_rules(settings: Settings) -> TerminalRules:
                              f"task_type, failure_stage (got {sorted(raw)})")
         rules.append(SeverityRule(severity=raw["severity"], error_code=raw.get("error_code"),
                                   task_type=raw.get("task_type"), failure_stage=raw.get("failure_stage")))
-    return TerminalRules(severity_rules=tuple(rules), alert_url=settings.alert_webhook_url)
+    alerts_on = bool(settings.alert_url or settings.alert_webhook_url)  # without a signing key the start is refused
+    return TerminalRules(severity_rules=tuple(rules), alert_window_s=settings.alert_window_s if alerts_on else None)
 
 
 def build_task_engine(settings: Settings, engine: AsyncEngine, types: TaskTypes, services: Any, *,

@@ -322,3 +322,16 @@ async def report_progress(conn: AsyncConnection, reports: Sequence[tuple[str, in
               for task_id, attempt, percent, step in reports if task_id in written]
     if events:
         await conn.execute(task_events.insert(), events)
+
+
+async def oldest_due(engine: AsyncEngine, queues: Sequence[str], *, now: float) -> dict[str, float]:
+    """Per queue (of those named), the ``run_after`` of its oldest task queued and due — how long work has waited
+    for a worker; queues with nothing due are absent. One statement per queue, on the claim index's queue prefix."""
+    out: dict[str, float] = {}
+    async with engine.connect() as conn:
+        for queue in queues:
+            oldest = (await conn.execute(select(func.min(tasks.c.run_after)).where(
+                tasks.c.queue == queue, tasks.c.state == "queued", tasks.c.run_after <= now))).scalar()
+            if oldest is not None:
+                out[queue] = float(oldest)
+    return out

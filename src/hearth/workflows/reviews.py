@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 from jsonschema import Draft202012Validator
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -191,6 +191,25 @@ class ReviewService:
                 expired += 1
                 log.warning("review_expired", review_id=item_id, alert=True)
         return expired
+
+    async def expiry_by_queue(self, *, now: float, lead_s: float, expired_since: float
+                              ) -> tuple[dict[str, tuple[int, float]], dict[str, int]]:
+        """Per queue: open items expiring within ``lead_s`` (how many, the earliest deadline), and items that
+        expired undecided in ``(expired_since, now]`` (how many). Both read the expiry index's range."""
+        expiring: dict[str, tuple[int, float]] = {}
+        expired: dict[str, int] = {}
+        async with self.engine.connect() as conn:
+            for queue, count, first in (await conn.execute(
+                    select(_c.queue, func.count(), func.min(_c.expires_at))
+                    .where(_c.expires_at > now, _c.expires_at <= now + lead_s, _c.state.in_(OPEN))
+                    .group_by(_c.queue))).all():
+                expiring[str(queue)] = (int(count), float(first))
+            for queue, count in (await conn.execute(
+                    select(_c.queue, func.count())
+                    .where(_c.expires_at > expired_since, _c.expires_at <= now, _c.state == "expired")
+                    .group_by(_c.queue))).all():
+                expired[str(queue)] = int(count)
+        return expiring, expired
 
     async def withdraw(self, item_id: str, *, operator: str, reason: str) -> bool:
         """Take back an open item whose subject went away: it ends ``expired`` — never approved — with
