@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.cli",),
     ("hearth.testing",),  # the fake upstream, a server in a thread (used by tests and `hearth fake-upstream`)
     ("hearth.app",),  # the ASGI application
+    ("hearth.console",),  # the web console at /console: server-rendered pages over api's plumbing and the services
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
     ("hearth.readiness",),
     ("hearth.runtime",),  # composition root: builds the gateway, providers, writers, the task engine

@@ -167,6 +167,13 @@ class Settings(BaseSettings):
     document_max_pages: int = Field(default=2000, ge=1, description="most pages a PDF document may have; the "
                                     "parser refuses a longer one")
 
+    # the web console (docs/console.md)
+    console_session_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400, description="a console sign-in "
+                                     "lasts this long (the signed session cookie expires with it)")
+    console_users: list[dict[str, str]] = Field(
+        default_factory=list, description="console users besides the admin token: `{name, role, password_hash}`, "
+        "role viewer | operator | admin; hash with `python -m hearth.console.passwords` (docs/console.md)")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

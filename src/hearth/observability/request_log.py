@@ -354,3 +354,21 @@ async def prompt_version_stats(engine: AsyncEngine, prompt_code: str, since: dat
                     "latency_ms_mean": round(float(mean_ms or 0.0), 3), "latency_ms_max": round(float(max_ms or 0), 3),
                     "model_calls": int(model_calls), "cost": float(cost)})
     return out
+
+
+async def recent_calls(engine: AsyncEngine, *, since: datetime, limit: int) -> list[tuple[datetime, int, float, float,
+                                                                                            int]]:
+    """The newest calls since ``since``, at most ``limit`` of them (newest first): when, status, cost, latency
+    and tokens — what the console's overview charts aggregate. One range scan of ``ix_request_logs_created_at``
+    bounded by ``limit``, never a count over the table."""
+    t = request_logs
+    stmt = (select(t.c.created_at, t.c.status, t.c.cost, t.c.latency_ms, t.c.prompt_tokens + t.c.completion_tokens)
+            .where(t.c.created_at >= since).order_by(t.c.created_at.desc()).limit(limit))
+    async with engine.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    out = []
+    for created, status, cost, latency, tokens in rows:
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        out.append((created, int(status), float(cost or 0.0), float(latency or 0.0), int(tokens or 0)))
+    return out
