@@ -50,7 +50,7 @@ def bucketize(rows: Sequence[tuple[datetime, int, float, float, int]], *, since:
     """``count`` consecutive buckets of ``width`` from ``since``; rows outside them are ignored."""
     out = [Bucket(since + i * width) for i in range(count)]
     for created, status, cost, latency, tokens in rows:
-        i = int((created - since) / width)
+        i = math.floor((created - since) / width)
         if 0 <= i < count:
             b = out[i]
             b.calls += 1

@@ -1,0 +1,32 @@
+"""The overview's bucketing: calls, errors, cost, tokens and p95 latency per time bucket, nothing outside."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hearth.console.charts import bars
+from hearth.console.overview import bucketize
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def test_rows_land_in_their_bucket_and_rows_outside_are_ignored():
+    rows = [(T0 + timedelta(seconds=s), status, 0.5, latency, 10)
+            for s, status, latency in ((5, 200, 10.0), (59, 500, 30.0), (60, 200, 20.0), (179, 429, 5.0),
+                                       (180, 200, 1.0), (-1, 200, 1.0))]
+    out = bucketize(rows, since=T0, width=timedelta(minutes=1), count=3)
+    assert [(b.calls, b.errors, b.tokens) for b in out] == [(2, 1, 20), (1, 0, 10), (1, 1, 10)]
+    assert out[0].cost == 1.0 and out[0].p95_ms == 30.0 and out[1].p95_ms == 20.0
+    assert [b.start for b in out] == [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+
+
+def test_p95_is_the_nearest_rank():
+    rows = [(T0, 200, 0.0, float(ms), 0) for ms in range(1, 101)]
+    assert bucketize(rows, since=T0, width=timedelta(minutes=1), count=1)[0].p95_ms == 95.0
+
+
+def test_a_chart_escapes_its_labels_and_scales_to_its_maximum():
+    svg = str(bars("<b>calls</b>", [("a<script>", 1.0), ("b", 4.0)]))
+    assert "<script>" not in svg and "&lt;script&gt;" in svg and "&lt;b&gt;calls" in svg
+    assert 'height="92.0"' in svg  # the maximum fills the plot height (140 - 2 × 24)
+    assert "no calls" in str(bars("empty", []))
