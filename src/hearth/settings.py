@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     console_users: list[dict[str, str]] = Field(
         default_factory=list, description="console users besides the admin token: `{name, role, password_hash}`, "
         "role viewer | operator | admin; hash with `python -m hearth.console.passwords` (docs/console.md)")
+    console_playground_caller: str | None = Field(
+        default=None, description="the registry caller the console's chat playground runs as (its scenes, limits "
+        "and budgets apply; the browser never holds its key); unset: the playground is off")
 
     @field_validator("quota_time_zone")
     @classmethod

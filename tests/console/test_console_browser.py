@@ -12,28 +12,16 @@ Without a chromium binary the tests are skipped, except under ``CI=true`` where 
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.support import ADMIN, AUTH, IN_CI, chat_body, request_log_row
+from tests.support import ADMIN, AUTH, chat_body, request_log_row
 from tests.tasks.api_helpers import TASKS, finished
 
-CHROMIUM = os.environ.get("HEARTH_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 TEXT = "Hearth runs long AI jobs. They survive crashes. Results are kept."
-
-
-def _missing(what: str) -> None:
-    message = f"{what}; install it with `apt-get install -y chromium` and `pip install playwright` (dev extra)"
-    if IN_CI:
-        pytest.fail(f"{message} — CI requires the browser tests", pytrace=False)
-    pytest.skip(message)
 
 
 def _registry(fake: Any) -> dict[str, Any]:
@@ -50,66 +38,6 @@ def _registry(fake: Any) -> dict[str, Any]:
 @pytest.fixture
 def server(fake: Any, hearth_server: Any) -> Any:
     return hearth_server(_registry(fake), task_poll_s=0.1, task_reap_s=0.2)
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    if CHROMIUM is None:
-        _missing("no chromium binary on PATH")
-    try:
-        from playwright.async_api import async_playwright
-    except ImportError:
-        _missing("the playwright package is not installed")
-    async with async_playwright() as pw:
-        launched = await pw.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-class Shots:
-    """Screenshots of the pages a test visits, in its tmp dir (and the docs' directory when asked)."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.dir = tmp_path / "screenshots"
-        self.dir.mkdir()
-        extra = os.environ.get("HEARTH_TEST_SCREENSHOT_DIR")
-        self.extra = Path(extra) if extra else None
-
-    async def take(self, page: Any, name: str) -> Path:
-        path = self.dir / f"console-{name}.png"
-        await page.screenshot(path=str(path), full_page=True)
-        assert path.stat().st_size > 1000
-        if self.extra is not None:
-            self.extra.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, self.extra / path.name)
-        return path
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Shots:
-    return Shots(tmp_path)
-
-
-@pytest.fixture
-async def page(browser: Any, server: Any) -> AsyncIterator[Any]:
-    """A page signed in as admin with the admin token, failing the test on any browser-side error."""
-    context = await browser.new_context(base_url=server.base_url, viewport={"width": 1360, "height": 900})
-    tab = await context.new_page()
-    problems: list[str] = []
-    tab.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    tab.on("pageerror", lambda e: problems.append(str(e)))
-    tab.on("requestfailed", lambda r: problems.append(f"{r.url} failed"))
-    tab.on("response", lambda r: problems.append(f"{r.url}: {r.status}") if r.status == 404 else None)
-    await tab.goto("/console/")
-    assert tab.url.endswith("/console/login?next=%2Fconsole%2Foverview")
-    await tab.fill("input[name=secret]", "admin-token-xyz")
-    await tab.click("button[type=submit]")
-    await tab.wait_for_url("**/console/overview")
-    yield tab
-    await context.close()
-    assert problems == []
 
 
 async def test_sign_in_and_every_page_renders_from_the_consoles_own_files(browser, server, page, shots):

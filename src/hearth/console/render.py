@@ -64,7 +64,8 @@ ENV.filters.update(when=_when, pretty=_pretty)
 ENV.globals.update(query=_query)
 
 NAV: Final = (("overview", "Overview"), ("endpoints", "Endpoints"), ("tasks", "Tasks"),
-              ("dead-letters", "Dead letters"), ("reviews", "Reviews"), ("prompts", "Prompts"))
+              ("dead-letters", "Dead letters"), ("reviews", "Reviews"), ("prompts", "Prompts"),
+              ("playground", "Playground"))
 
 
 def page(request: Request, template: str, console: Console | None, *, status: int = 200,
