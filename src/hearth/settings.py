@@ -176,6 +176,8 @@ class Settings(BaseSettings):
     console_playground_caller: str | None = Field(
         default=None, description="the registry caller the console's chat playground runs as (its scenes, limits "
         "and budgets apply; the browser never holds its key); unset: the playground is off")
+    console_secure_cookies: bool = Field(default=False, description="mark the console's cookies `Secure` even "
+                                         "when Hearth itself is reached over plain HTTP (behind a TLS proxy)")
 
     @field_validator("quota_time_zone")
     @classmethod

@@ -64,6 +64,19 @@ def test_the_cookie_is_secure_when_the_console_is_served_over_tls():
     assert "secure" in [p.strip().lower() for p in response.headers["set-cookie"].split(";")]
 
 
+async def test_cookies_are_secure_behind_a_tls_proxy_when_configured(fake, hearth_server):
+    server = hearth_server(registry(fake), console_secure_cookies=True)
+    async with httpx.AsyncClient(base_url=server.base_url) as c:
+        form = await c.get("/console/login")
+        login_cookie = _set_cookie(form, sessions.LOGIN_COOKIE)
+        assert "secure" in [p.strip().lower() for p in login_cookie.split(";")]
+        # a client over plain HTTP does not send a Secure cookie back by itself: the TLS proxy's part, done here
+        r = await c.post("/console/login", data={"csrf": csrf_of(form.text), "user": "admin",
+                                                 "secret": "admin-token-xyz"},
+                         headers={"cookie": login_cookie.split(";")[0]})
+        assert "secure" in [p.strip().lower() for p in _set_cookie(r, sessions.COOKIE).split(";")]
+
+
 async def test_a_wrong_secret_or_a_missing_login_token_opens_no_session(client):
     r = await sign_in(client, secret="wrong")
     assert r.status_code == 401 and "Wrong name or secret." in r.text

@@ -129,14 +129,21 @@ async def checked_form(request: Request, console: Console) -> dict[str, str]:
     return form
 
 
+def secure(request: Request) -> bool:
+    """``Secure`` cookies when served over TLS, or always when configured (TLS ends at a proxy in front)."""
+    if request.url.scheme == "https":
+        return True
+    settings = getattr(getattr(request.app.state, "runtime", None), "settings", None)
+    return bool(settings and settings.console_secure_cookies)
+
+
 def set_cookie(request: Request, response: Response, name: str, value: str, *, max_age: int) -> None:
     response.set_cookie(name, value, max_age=max_age, path="/console", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+                        secure=secure(request))
 
 
 def clear_cookie(request: Request, response: Response, name: str) -> None:
-    response.delete_cookie(name, path="/console", httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+    response.delete_cookie(name, path="/console", httponly=True, samesite="strict", secure=secure(request))
 
 
 async def end_session(request: Request, console: Console) -> None:

@@ -191,9 +191,11 @@
           ended = true;
           this.history.push({ role: "user", content: this.question }, { role: "assistant", content: answer });
           const usage = data.usage || {};
-          this.el("meta").textContent = "model " + (data.model || "?") + " · " +
-            (usage.total_tokens != null ? usage.total_tokens + " tokens" : "") +
-            (data.cost != null ? " · cost " + data.cost : "");
+          const tokens = usage.total_tokens != null ? usage.total_tokens
+            : (usage.prompt_tokens || 0) + (usage.completion_tokens || 0);
+          this.el("meta").textContent = "model " + (data.model || "?") + " · " + tokens + " tokens" +
+            (data.cost != null ? " · cost " + data.cost : "") +
+            (data.prompt_code ? " · prompt " + data.prompt_code + " v" + data.prompt_version : "");
           this.show("completed", "");
         }
       };
