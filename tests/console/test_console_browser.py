@@ -36,8 +36,9 @@ def _registry(fake: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def server(fake: Any, hearth_server: Any) -> Any:
-    return hearth_server(_registry(fake), task_poll_s=0.1, task_reap_s=0.2)
+def server(fake: Any, hearth_server: Any, database_url: str) -> Any:
+    """On SQLite and on PostgreSQL: the pages read through the same services on both."""
+    return hearth_server(_registry(fake), database_url=database_url, task_poll_s=0.1, task_reap_s=0.2)
 
 
 async def test_sign_in_and_every_page_renders_from_the_consoles_own_files(browser, server, page, shots):
@@ -161,7 +162,8 @@ async def test_decide_a_review_item_with_its_payload_shown(server, page, shots):
     await page.get_by_role("button", name="Submit decision").click()
     await expect(page.locator(".flash.notice")).to_have_text("Decided: approve.")
     await expect(page.get_by_test_id("state")).to_have_text("approved")
-    item = await server.runtime.reviews.get(review_id)
+    async with httpx.AsyncClient() as http:
+        item = (await http.get(f"{server.base_url}/api/v1/reviews/{review_id}", headers=ADMIN)).json()["data"]
     assert item["state"] == "approved" and item["decided_by"] == "admin" and item["reason"] == "matches the curriculum"
 
 
@@ -186,4 +188,8 @@ async def test_activate_a_prompt_version_with_a_reason(server, page, shots):
     await expect(page.get_by_test_id("active-version")).to_have_text("2")
     await expect(page.locator("table.list")).to_contain_text("warmer tone")
     await shots.take(page, "prompt")
-    assert server.runtime.prompts.snapshot.version  # reloaded in this process at once
+    async with httpx.AsyncClient() as http:
+        prompt = (await http.get(server.base_url + "/api/v1/prompts/greet", headers=ADMIN)).json()["data"]
+    assert prompt["active_version"] == 2
+    activated = next(h for h in prompt["history"] if h["action"] == "activated")
+    assert activated["version"] == 2 and activated["operator"] == "admin" and activated["reason"] == "warmer tone"

@@ -30,3 +30,24 @@ def test_a_chart_escapes_its_labels_and_scales_to_its_maximum():
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "&lt;b&gt;calls" in svg
     assert 'height="92.0"' in svg  # the maximum fills the plot height (140 - 2 × 24)
     assert "no calls" in str(bars("empty", []))
+
+
+async def test_recent_calls_reads_the_newest_calls_of_the_window_bounded(engine):
+    from hearth.observability.request_log import recent_calls
+    from hearth.store.tables import request_logs
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    base = {"request_id": "r", "caller": "c", "route": "chat", "model": "m", "endpoint": "e", "stream": False,
+            "attempts": 1, "prompt_tokens": 3, "completion_tokens": 4, "usage_estimated": False, "cost": 0.25,
+            "fallback_used": False}
+    ages = [7200, 50, 40, 30, 20, 10]  # seconds ago; the first is outside a one-hour window
+    async with engine.begin() as conn:
+        await conn.execute(request_logs.insert(), [
+            {**base, "created_at": now - timedelta(seconds=age), "status": 500 if age == 30 else 200,
+             "latency_ms": float(age)} for age in ages])
+    rows = await recent_calls(engine, since=now - timedelta(hours=1), limit=3)
+    assert [(r[0], r[1], r[3]) for r in rows] == [(now - timedelta(seconds=10), 200, 10.0),
+                                                 (now - timedelta(seconds=20), 200, 20.0),
+                                                 (now - timedelta(seconds=30), 500, 30.0)]
+    assert all(r[0].tzinfo is not None and r[2] == 0.25 and r[4] == 7 for r in rows)
+    assert len(await recent_calls(engine, since=now - timedelta(hours=1), limit=100)) == 5
