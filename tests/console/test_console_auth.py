@@ -87,6 +87,14 @@ async def test_a_wrong_secret_or_a_missing_login_token_opens_no_session(client):
     assert (await client.get("/console/overview")).status_code == 303
 
 
+async def test_repeated_failed_sign_ins_are_throttled(client):
+    for _ in range(10):
+        assert (await sign_in(client, secret="guess")).status_code == 401
+    r = await sign_in(client)  # the right secret, too late
+    assert r.status_code == 429 and "Too many failed sign-ins" in r.text
+    assert (await client.get("/console/overview")).status_code == 303
+
+
 async def test_pages_redirect_to_sign_in_and_come_back_after(client):
     r = await client.get("/console/tasks?state=failed")
     assert r.status_code == 303 and r.headers["location"] == "/console/login?next=%2Fconsole%2Ftasks%3Fstate%3Dfailed"

@@ -3,7 +3,9 @@
 ``GET /console/login`` sets a short-lived random nonce cookie and renders a form carrying a token derived
 from it; ``POST`` checks the token (login CSRF), then the credentials, then sets the signed session cookie
 (``HttpOnly``, ``SameSite=Strict``, ``Secure`` over TLS, ``Path=/console``) and redirects. A failed sign-in
-says only that the name or secret is wrong. ``POST /console/logout`` (CSRF-checked) ends the session.
+says only that the name or secret is wrong; after :data:`MAX_FAILURES` of them from one address within
+:data:`FAILURE_WINDOW_S` the form answers 429 until the window passes (the right secret included).
+``POST /console/logout`` (CSRF-checked) ends the session.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Final
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from hearth.api.deps import runtime
+from hearth.api.deps import client_ip, runtime
 from hearth.console import session as sessions
 from hearth.console.auth import (
     ConsoleRefused,
@@ -32,10 +34,34 @@ from hearth.console.auth import (
 from hearth.console.render import page, redirect
 from hearth.console.users import ConsoleUsersInvalid, sign_in
 from hearth.observability.logging import get_logger
+from hearth.state.base import StateUnavailable
 
 router = APIRouter()
 log = get_logger("hearth.console")
 LOGIN_NONCE_S: Final = 1800
+MAX_FAILURES: Final = 10
+FAILURE_WINDOW_S: Final = 900.0
+
+
+def _failures_key(request: Request) -> str:
+    return f"console:sign-in-failures:{client_ip(request) or '-'}"
+
+
+async def _failures(request: Request) -> int:
+    """Failed sign-ins from this address within the window (kept in the state backend, so every process
+    counts them; read-then-write, so concurrent attempts may overshoot the limit by a few)."""
+    try:
+        raw = await runtime(request).state.cache_get(_failures_key(request))
+    except StateUnavailable as exc:
+        raise ConsoleRefused(503, "The state backend is unavailable; try again shortly.") from exc
+    return int(raw or b"0")
+
+
+async def _count_failure(request: Request, before: int) -> None:
+    try:
+        await runtime(request).state.cache_set(_failures_key(request), str(before + 1).encode(), FAILURE_WINDOW_S)
+    except StateUnavailable as exc:
+        raise ConsoleRefused(503, "The state backend is unavailable; try again shortly.") from exc
 
 
 def _next(target: str | None) -> str:
@@ -70,12 +96,18 @@ async def login(request: Request) -> Response:
                                                                            form.get("csrf")):
         raise ConsoleRefused(403, "Refused: the sign-in form is stale or was sent from elsewhere. Reload the page.")
     settings = runtime(request).settings
+    failures = await _failures(request)
+    if failures >= MAX_FAILURES:
+        log.warning("console_sign_in_throttled", client_ip=client_ip(request))
+        raise ConsoleRefused(429, f"Too many failed sign-ins from this address: try again in "
+                                  f"{int(FAILURE_WINDOW_S // 60)} minutes.")
     try:
         found = sign_in(settings, form.get("user", "").strip(), form.get("secret", ""))
     except ConsoleUsersInvalid as exc:
         raise ConsoleRefused(500, str(exc)) from exc
     if found is None:
-        log.info("console_sign_in_refused", user=form.get("user", "")[:128])
+        await _count_failure(request, failures)
+        log.info("console_sign_in_refused", user=form.get("user", "")[:128], client_ip=client_ip(request))
         return _login_page(request, error="Wrong name or secret.", status=401)
     made = sessions.new_session(key, user=found.user, role=found.role, credential=found.credential,
                                 now=now_s(request), lifetime_s=settings.console_session_s)
