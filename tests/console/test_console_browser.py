@@ -60,7 +60,7 @@ async def test_sign_in_and_every_page_renders_from_the_consoles_own_files(browse
     assert await page.evaluate("document.cookie") == ""  # HttpOnly: no script can read the session
     await expect(page.get_by_test_id("user")).to_have_text("admin · admin")
     await shots.take(page, "overview-empty")
-    for slug, heading in (("endpoints", "Endpoints"), ("tasks", "Tasks"), ("dead-letters", "Dead letters"),
+    for slug, heading in (("endpoints", "Endpoints"), ("request-logs", "Request logs"), ("tasks", "Tasks"), ("dead-letters", "Dead letters"),
                           ("reviews", "Review queue"), ("prompts", "Prompts")):
         await page.click(f"header nav a[href='/console/{slug}']")
         await expect(page.locator("h1")).to_have_text(heading)
@@ -88,6 +88,16 @@ async def test_the_overview_charts_recent_traffic_and_errors(fake, server, page,
     assert await page.locator("svg.chart").count() == 4
     assert await page.locator("svg.chart rect[height]:not([height='0.0'])").count() >= 3
     await shots.take(page, "overview")
+    await page.click("header nav a[href='/console/request-logs']")
+    await expect(page.locator("tr[data-request]")).to_have_count(8)
+    await page.fill("input[name=status]", "400")
+    await page.click("form.filters button")
+    await expect(page.locator("tr[data-request]")).to_have_count(2)
+    await shots.take(page, "request-logs")
+    await page.locator("tr[data-request] a").first.click()
+    await expect(page.locator("h1")).to_contain_text("400")
+    await expect(page.locator("table.list")).to_contain_text("upstream_rejected_request")  # its one attempt
+    await shots.take(page, "request-log")
 
 
 async def test_an_endpoint_cooling_down_after_a_429_shows_so_and_can_be_disabled(fake, server, page, shots):

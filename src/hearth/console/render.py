@@ -63,7 +63,7 @@ ENV: Final = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape
 ENV.filters.update(when=_when, pretty=_pretty)
 ENV.globals.update(query=_query)
 
-NAV: Final = (("overview", "Overview"), ("endpoints", "Endpoints"), ("tasks", "Tasks"),
+NAV: Final = (("overview", "Overview"), ("endpoints", "Endpoints"), ("request-logs", "Calls"), ("tasks", "Tasks"),
               ("dead-letters", "Dead letters"), ("reviews", "Reviews"), ("prompts", "Prompts"),
               ("playground", "Playground"))
 

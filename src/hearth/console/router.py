@@ -7,12 +7,22 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
-from hearth.console import dead_letters, endpoints, login, overview, playground, prompts, reviews, tasks
+from hearth.console import (
+    dead_letters,
+    endpoints,
+    login,
+    overview,
+    playground,
+    prompts,
+    request_logs,
+    reviews,
+    tasks,
+)
 from hearth.console.auth import ConsoleRedirect, ConsoleRefused, current
 from hearth.console.render import STATIC_DIR, page, redirect
 
 router = APIRouter(prefix="/console", include_in_schema=False)
-for _module in (login, overview, endpoints, tasks, dead_letters, reviews, prompts, playground):
+for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, playground):
     router.include_router(_module.router)
 
 

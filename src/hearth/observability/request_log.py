@@ -372,3 +372,38 @@ async def recent_calls(engine: AsyncEngine, *, since: datetime, limit: int) -> l
             created = created.replace(tzinfo=UTC)
         out.append((created, int(status), float(cost or 0.0), float(latency or 0.0), int(tokens or 0)))
     return out
+
+
+async def request_log_page(engine: AsyncEngine, filters: dict[str, Any], *, after: tuple[datetime, int] | None,
+                           limit: int) -> tuple[list[dict[str, Any]], tuple[datetime, int] | None]:
+    """A page of request logs, newest first, keyset-paged on ``(created_at, id)`` — the console's list.
+
+    ``after`` is the last row of the previous page; the answer's second item is this page's last row when
+    more may follow. With no filter, or one on ``caller``, ``model``, ``request_id`` or ``task_id``, the scan
+    follows an index and stops after ``limit`` rows; other filters read index order until ``limit`` match.
+    """
+    t = request_logs
+    conds: list[Any] = [t.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
+    if after is not None:
+        at, row_id = after
+        conds.append((t.c.created_at < at) | ((t.c.created_at == at) & (t.c.id < row_id)))
+    stmt = select(t).where(*conds).order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
+    async with engine.connect() as conn:
+        rows = [dict(r) for r in (await conn.execute(stmt)).mappings().all()]
+    for r in rows:
+        if r["created_at"].tzinfo is None:
+            r["created_at"] = r["created_at"].replace(tzinfo=UTC)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, ((rows[-1]["created_at"], int(rows[-1]["id"])) if more and rows else None)
+
+
+async def request_log_row(engine: AsyncEngine, row_id: int) -> dict[str, Any] | None:
+    async with engine.connect() as conn:
+        row = (await conn.execute(select(request_logs).where(request_logs.c.id == row_id))).mappings().first()
+    if row is None:
+        return None
+    out = dict(row)
+    if out["created_at"].tzinfo is None:
+        out["created_at"] = out["created_at"].replace(tzinfo=UTC)
+    return out
