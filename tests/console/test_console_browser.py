@@ -60,7 +60,8 @@ async def test_sign_in_and_every_page_renders_from_the_consoles_own_files(browse
     assert await page.evaluate("document.cookie") == ""  # HttpOnly: no script can read the session
     await expect(page.get_by_test_id("user")).to_have_text("admin · admin")
     await shots.take(page, "overview-empty")
-    for slug, heading in (("endpoints", "Endpoints"), ("request-logs", "Request logs"), ("tasks", "Tasks"), ("dead-letters", "Dead letters"),
+    for slug, heading in (("endpoints", "Endpoints"), ("request-logs", "Request logs"), ("tasks", "Tasks"),
+                          ("dead-letters", "Dead letters"),
                           ("reviews", "Review queue"), ("prompts", "Prompts")):
         await page.click(f"header nav a[href='/console/{slug}']")
         await expect(page.locator("h1")).to_have_text(heading)
