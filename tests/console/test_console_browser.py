@@ -204,3 +204,26 @@ async def test_activate_a_prompt_version_with_a_reason(server, page, shots):
     assert prompt["active_version"] == 2
     activated = next(h for h in prompt["history"] if h["action"] == "activated")
     assert activated["version"] == 2 and activated["operator"] == "admin" and activated["reason"] == "warmer tone"
+
+
+async def test_pause_resume_and_trigger_a_schedule(server, page, shots):
+    from playwright.async_api import expect
+
+    async with httpx.AsyncClient() as http:
+        r = await http.post(server.base_url + "/api/v1/schedules", headers=ADMIN, json={
+            "name": "morning-summary", "caller": "tester", "cron": "0 8 * * *", "time_zone": "UTC",
+            "target": {"task_type": "summarize_async", "payload": {"text": TEXT, "model": "m"}}})
+        assert r.status_code == 201, r.text
+    await page.click("header nav a[href='/console/schedules']")
+    row = page.locator("tr[data-schedule='morning-summary']")
+    await expect(row).to_contain_text("08:00:00")
+    await row.locator("a").click()
+    await expect(page.get_by_test_id("state")).to_have_text("active")
+    await page.get_by_role("button", name="Pause").click()
+    await expect(page.get_by_test_id("state")).to_have_text("paused")
+    await page.get_by_role("button", name="Resume").click()
+    await expect(page.get_by_test_id("state")).to_have_text("active")
+    await page.get_by_role("button", name="Trigger now").click()
+    await expect(page.locator(".flash.notice")).to_contain_text("Fired now: task tsk_")
+    await expect(page.locator("table.list")).to_contain_text("manual")
+    await shots.take(page, "schedule")

@@ -16,13 +16,15 @@ from hearth.console import (
     prompts,
     request_logs,
     reviews,
+    schedules,
     tasks,
 )
 from hearth.console.auth import ConsoleRedirect, ConsoleRefused, current
 from hearth.console.render import STATIC_DIR, page, redirect
 
 router = APIRouter(prefix="/console", include_in_schema=False)
-for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, playground):
+for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, schedules,
+                playground):
     router.include_router(_module.router)
 
 
