@@ -152,6 +152,13 @@ async def test_redrive_a_dead_letter_with_a_reason(fake, server, page, shots):
     await page.goto(f"/console/tasks/{task_id}")
     await expect(page.locator("h1 .badge")).to_have_text("succeeded")
     await shots.take(page, "task")
+    await page.get_by_role("button", name="Replay as a new task").click()
+    await expect(page.locator(".flash.notice")).to_have_text(f"Replay of {task_id}.")
+    replay_id = page.url.split("/console/tasks/", 1)[1].split("?", 1)[0]
+    assert replay_id != task_id
+    async with httpx.AsyncClient() as http:
+        replayed = await finished(http, server, replay_id)
+    assert replayed["state"] == "succeeded" and replayed["replay_of"] == task_id
 
 
 async def test_decide_a_review_item_with_its_payload_shown(server, page, shots):

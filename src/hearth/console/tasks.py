@@ -1,12 +1,12 @@
 """The task pages: every caller's tasks (filters: state, type, queue; keyset-paged, newest first), one task
-with its attempts and events, and cancel (operator role)."""
+with its attempts and events, and cancel or replay (operator role)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from hearth.api.deps import runtime
+from hearth.api.deps import request_id, runtime
 from hearth.console.auth import ConsoleRefused, checked_form, require
 from hearth.console.render import page, redirect
 from hearth.errors import HearthError
@@ -60,3 +60,16 @@ async def cancel(task_id: str, request: Request) -> Response:
         return redirect(back, error=exc.message)
     log.info("console_task_cancelled", user=console.user, task_id=task_id)
     return redirect(back, notice="Cancel requested.")
+
+
+@router.post("/tasks/{task_id}/replay", include_in_schema=False)
+async def replay(task_id: str, request: Request) -> Response:
+    """A new task with the same type and payload, linked by ``replay_of``; the page moves to it."""
+    console = await require(request, "operator")
+    await checked_form(request, console)
+    try:
+        row = await runtime(request).tasks.service.replay(task_id, caller=None, request_id=request_id(request))
+    except HearthError as exc:
+        return redirect(f"/console/tasks/{task_id}", error=exc.message)
+    log.info("console_task_replayed", user=console.user, task_id=task_id, new_task_id=row["id"])
+    return redirect(f"/console/tasks/{row['id']}", notice=f"Replay of {task_id}.")
