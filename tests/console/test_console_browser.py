@@ -198,6 +198,9 @@ async def test_activate_a_prompt_version_with_a_reason(server, page, shots):
     await expect(page.get_by_test_id("active-version")).to_have_text("1")
     version2 = page.locator("section[data-version='2']")
     await expect(version2).to_contain_text("Greet {{ name }} warmly.")
+    await version2.locator("details.diff summary").click()  # what activating it would change
+    await expect(version2.locator(".diff .ddel")).to_contain_text("Say hello to {{ name }}.")
+    await expect(version2.locator(".diff .dadd")).to_contain_text("Greet {{ name }} warmly.")
     await version2.get_by_role("button", name="Activate version 2").click()  # no reason: the browser refuses
     await expect(page.get_by_test_id("active-version")).to_have_text("1")
     await version2.locator("input[name=reason]").fill("warmer tone")

@@ -7,8 +7,10 @@ user as the operator, and this process reloads its catalog at once (others withi
 
 from __future__ import annotations
 
-from typing import Final
+import difflib
+from typing import Any, Final
 
+import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -44,7 +46,27 @@ async def prompt(code: str, request: Request) -> Response:
         versions = await store.list_versions(engine, code)
     except HearthError as exc:
         raise ConsoleRefused(exc.status, exc.message) from exc
-    return page(request, "prompt.html", console, info=info, versions=list(reversed(versions)))
+    active = next((v for v in versions if v["status"] == "active"), None)
+    diffs = {v["version"]: diff_lines(active, v) for v in versions if active is not None and v is not active}
+    return page(request, "prompt.html", console, info=info, versions=list(reversed(versions)), diffs=diffs,
+                active=active["version"] if active else None)
+
+
+def _lines(version: dict[str, Any]) -> list[str]:
+    shown = {k: version.get(k) for k in ("contents", "variables", "model", "scene", "params", "output_schema")}
+    text: bytes = orjson.dumps(shown, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str)
+    return text.decode().splitlines()
+
+
+def diff_lines(active: dict[str, Any], other: dict[str, Any]) -> list[tuple[str, str]]:
+    """``other`` against the active version, line by line: ``(kind, text)`` with kind ``+``, ``-``, ``@`` or
+    ``" "`` — what would change if ``other`` were activated."""
+    out: list[tuple[str, str]] = []
+    for line in difflib.unified_diff(_lines(active), _lines(other), lineterm="", n=2):
+        if line.startswith(("---", "+++")):
+            continue
+        out.append((line[:1], line))
+    return out
 
 
 @router.post("/prompts/{code}/versions/{version}/activate", include_in_schema=False)
