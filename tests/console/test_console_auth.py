@@ -207,3 +207,18 @@ def test_password_hashes_verify_only_their_password():
     assert verify_password("correct horse", digest)
     assert not verify_password("correct horsE", digest)
     assert not verify_password("correct horse", "scrypt$bad")
+
+
+async def test_the_budgets_page_shows_each_budgets_use_in_its_period(fake, hearth_server):
+    from tests.support import AUTH, budget_registry, chat_body
+
+    server = hearth_server(budget_registry(fake, 100.0))
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as c:
+        assert (await c.post("/v1/chat/completions", json=chat_body(), headers=AUTH)).status_code == 200
+        await sign_in(c)
+        page = await c.get("/console/budgets")
+        assert page.status_code == 200
+        row = page.text.split('data-budget="daily"', 1)[1].split("</tr>", 1)[0]
+        assert "tester" in row and "day" in row and "/ 100.0 money" in row and "<meter" in row
+        assert (await c.get("/console/budgets?caller=tester")).status_code == 200
+        assert (await c.get("/console/budgets?caller=nobody")).status_code == 404

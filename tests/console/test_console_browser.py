@@ -62,7 +62,8 @@ async def test_sign_in_and_every_page_renders_from_the_consoles_own_files(browse
     await shots.take(page, "overview-empty")
     for slug, heading in (("endpoints", "Endpoints"), ("request-logs", "Request logs"), ("tasks", "Tasks"),
                           ("dead-letters", "Dead letters"),
-                          ("reviews", "Review queue"), ("prompts", "Prompts")):
+                          ("reviews", "Review queue"), ("prompts", "Prompts"), ("schedules", "Schedules"),
+                          ("budgets", "Budgets"), ("playground", "Chat playground")):
         await page.click(f"header nav a[href='/console/{slug}']")
         await expect(page.locator("h1")).to_have_text(heading)
         await shots.take(page, slug)

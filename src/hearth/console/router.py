@@ -8,6 +8,7 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from hearth.console import (
+    budgets,
     dead_letters,
     endpoints,
     login,
@@ -23,7 +24,7 @@ from hearth.console.auth import ConsoleRedirect, ConsoleRefused, current
 from hearth.console.render import STATIC_DIR, page, redirect
 
 router = APIRouter(prefix="/console", include_in_schema=False)
-for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, schedules,
+for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, schedules, budgets,
                 playground):
     router.include_router(_module.router)
 
