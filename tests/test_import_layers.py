@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.operator_cli",),  # hearth status/tasks/reviews/schedules/logs/sign: HTTP clients of a running Hearth
     ("hearth.testing",),  # the fake upstream, a server in a thread (used by tests and `hearth fake-upstream`)
     ("hearth.app",),  # the ASGI application
+    ("hearth.console",),  # the web console at /console: server-rendered pages over api's plumbing and the services
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
     ("hearth.readiness",),
     ("hearth.runtime",),  # composition root: builds the gateway, providers, writers, the task engine

@@ -44,6 +44,7 @@ from hearth.api import (
 )
 from hearth.api.direct_routes import DirectRoutes
 from hearth.api.error_handlers import install_error_handlers
+from hearth.console import install_console
 from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
 from hearth.runtime import Runtime, start_runtime
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workflows.router)
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
+    install_console(app)  # /console: the web console (docs/console.md)
     return app
 
 

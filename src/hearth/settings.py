@@ -224,6 +224,18 @@ class Settings(BaseSettings):
             raise ValueError("queue age thresholds are seconds above 0")
         return value
 
+    # the web console (docs/console.md)
+    console_session_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 86400, description="a console sign-in "
+                                     "lasts this long (the signed session cookie expires with it)")
+    console_users: list[dict[str, str]] = Field(
+        default_factory=list, description="console users besides the admin token: `{name, role, password_hash}`, "
+        "role viewer | operator | admin; hash with `python -m hearth.console.passwords` (docs/console.md)")
+    console_playground_caller: str | None = Field(
+        default=None, description="the registry caller the console's chat playground runs as (its scenes, limits "
+        "and budgets apply; the browser never holds its key); unset: the playground is off")
+    console_secure_cookies: bool = Field(default=False, description="mark the console's cookies `Secure` even "
+                                         "when Hearth itself is reached over plain HTTP (behind a TLS proxy)")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

@@ -354,3 +354,56 @@ async def prompt_version_stats(engine: AsyncEngine, prompt_code: str, since: dat
                     "latency_ms_mean": round(float(mean_ms or 0.0), 3), "latency_ms_max": round(float(max_ms or 0), 3),
                     "model_calls": int(model_calls), "cost": float(cost)})
     return out
+
+
+async def recent_calls(engine: AsyncEngine, *, since: datetime, limit: int) -> list[tuple[datetime, int, float, float,
+                                                                                            int]]:
+    """The newest calls since ``since``, at most ``limit`` of them (newest first): when, status, cost, latency
+    and tokens — what the console's overview charts aggregate. One range scan of ``ix_request_logs_created_at``
+    bounded by ``limit``, never a count over the table."""
+    t = request_logs
+    stmt = (select(t.c.created_at, t.c.status, t.c.cost, t.c.latency_ms, t.c.prompt_tokens + t.c.completion_tokens)
+            .where(t.c.created_at >= since).order_by(t.c.created_at.desc()).limit(limit))
+    async with engine.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    out = []
+    for created, status, cost, latency, tokens in rows:
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        out.append((created, int(status), float(cost or 0.0), float(latency or 0.0), int(tokens or 0)))
+    return out
+
+
+async def request_log_page(engine: AsyncEngine, filters: dict[str, Any], *, after: tuple[datetime, int] | None,
+                           limit: int) -> tuple[list[dict[str, Any]], tuple[datetime, int] | None]:
+    """A page of request logs, newest first, keyset-paged on ``(created_at, id)`` — the console's list.
+
+    ``after`` is the last row of the previous page; the answer's second item is this page's last row when
+    more may follow. With no filter, or one on ``caller``, ``model``, ``request_id`` or ``task_id``, the scan
+    follows an index and stops after ``limit`` rows; other filters read index order until ``limit`` match.
+    """
+    t = request_logs
+    conds: list[Any] = [t.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
+    if after is not None:
+        at, row_id = after
+        conds.append((t.c.created_at < at) | ((t.c.created_at == at) & (t.c.id < row_id)))
+    stmt = select(t).where(*conds).order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
+    async with engine.connect() as conn:
+        rows = [dict(r) for r in (await conn.execute(stmt)).mappings().all()]
+    for r in rows:
+        if r["created_at"].tzinfo is None:
+            r["created_at"] = r["created_at"].replace(tzinfo=UTC)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, ((rows[-1]["created_at"], int(rows[-1]["id"])) if more and rows else None)
+
+
+async def request_log_row(engine: AsyncEngine, row_id: int) -> dict[str, Any] | None:
+    async with engine.connect() as conn:
+        row = (await conn.execute(select(request_logs).where(request_logs.c.id == row_id))).mappings().first()
+    if row is None:
+        return None
+    out = dict(row)
+    if out["created_at"].tzinfo is None:
+        out["created_at"] = out["created_at"].replace(tzinfo=UTC)
+    return out

@@ -1,0 +1,84 @@
+"""The endpoints page: each endpoint's health, cooldown, in-flight against its limit, RPM/TPM use and
+masked key, with enable and disable (admin: it changes the registry).
+
+The list comes from the registry snapshot (in memory) and the state backend's live counters, a page of
+:data:`PAGE` endpoints at a time keyed by name. Only ``api_key_hint`` (masked) is ever shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from hearth.api.deps import runtime
+from hearth.console.auth import ConsoleRefused, checked_form, require
+from hearth.console.render import page, redirect
+from hearth.errors import HearthError
+from hearth.gateway.endpoint_admission import scopes_for
+from hearth.observability.logging import get_logger
+from hearth.registry.snapshot import Endpoint
+from hearth.registry.store import set_endpoint_enabled
+from hearth.state.base import StateUnavailable
+
+router = APIRouter()
+log = get_logger("hearth.console")
+PAGE: Final = 50
+
+
+async def endpoint_row(request: Request, ep: Endpoint) -> dict[str, Any]:
+    rt = runtime(request)
+    health = rt.gateway.health.snapshot(ep.name, rt.gateway.health.clock.now())
+    scopes: list[dict[str, Any]] = []
+    for s in scopes_for(ep):
+        u = await rt.state.usage(s.key)
+        scopes.append({"key": s.key, "in_flight": u.in_flight, "max_concurrency": s.max_concurrency,
+                       "rpm_used": u.rpm_used, "rpm": s.rpm, "tpm_used": u.tpm_used, "tpm": s.tpm,
+                       "cooldown_s": round(u.cooldown_s, 1)})
+    cooldown = max([float(str(health["cooldown_s"]))] + [float(s["cooldown_s"]) for s in scopes])
+    state = "disabled" if not ep.enabled else "cooling down" if cooldown > 0 else \
+        "circuit open" if health["circuit"] == "open" else "healthy"
+    return {"name": ep.name, "provider": ep.provider, "upstream_model": ep.upstream_model,
+            "quota_group": ep.quota_group.name if ep.quota_group else None, "enabled": ep.enabled,
+            "disabled_reason": ep.disabled_reason, "disabled_by": ep.disabled_by, "key": ep.api_key_hint or "—",
+            "health": health, "scopes": scopes, "cooldown_s": round(cooldown, 1), "state": state,
+            "priority": ep.priority}
+
+
+@router.get("/endpoints", include_in_schema=False)
+async def endpoints(request: Request) -> Response:
+    console = await require(request)
+    after = request.query_params.get("after", "")
+    names = sorted(n for n in runtime(request).gateway.registry.endpoints if n > after)
+    shown, more = names[:PAGE], len(names) > PAGE
+    registry = runtime(request).gateway.registry
+    try:
+        rows = [await endpoint_row(request, registry.endpoints[n]) for n in shown]
+    except StateUnavailable as exc:
+        raise ConsoleRefused(503, "The state backend is unavailable: live counters cannot be read.") from exc
+    return page(request, "endpoints.html", console, rows=rows, next_after=shown[-1] if more else None)
+
+
+@router.post("/endpoints/{name}/{action}", include_in_schema=False)
+async def toggle(name: str, action: str, request: Request) -> Response:
+    console = await require(request, "admin")
+    form = await checked_form(request, console)
+    if action not in ("enable", "disable"):
+        raise ConsoleRefused(404, "No such endpoint action.")
+    rt = runtime(request)
+    if name not in rt.gateway.registry.endpoints:
+        return redirect("/console/endpoints", error=f"No endpoint named {name}.")
+    enabled = action == "enable"
+    reason = form.get("reason", "").strip()[:500] or None
+    try:
+        await set_endpoint_enabled(rt.engine, name, enabled, None if enabled else
+                                   f"disabled by {console.user}" + (f": {reason}" if reason else ""),
+                                   by="admin")
+        if enabled:
+            await rt.state.clear_cooldown(f"ep:{name}")
+        await rt.reload_registry()
+    except (HearthError, StateUnavailable) as exc:
+        return redirect("/console/endpoints", error=f"{name}: {exc}")
+    log.info("console_endpoint_toggled", user=console.user, endpoint=name, enabled=enabled)
+    return redirect("/console/endpoints", notice=f"{name} {action}d.")
