@@ -35,6 +35,7 @@ from hearth.gateway.service import Gateway
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
+from hearth.observability.tracing import start_tracing, stop_tracing
 from hearth.prompts.catalog import PromptCatalog
 from hearth.providers.anthropic import AnthropicProvider
 from hearth.providers.base import Provider
@@ -177,6 +178,7 @@ class Runtime:
         if self._claim is not None:
             await self._claim.release()
         await self.engine.dispose()
+        stop_tracing()  # last: the spans of everything above are exported
 
 
 def task_types(settings: Settings) -> TaskTypes:
@@ -204,6 +206,7 @@ def source_limits(settings: Settings) -> SourceLimits:
 
 async def start_runtime(settings: Settings) -> Runtime:
     refuse_memory_with_workers(settings)
+    start_tracing(settings)  # if configured (a `hearth worker` process: its tasks' spans); else nothing at all
     engine = create_engine(settings.database_url)
     await migrate(engine)
     claim: MemoryStateClaim | None = None
