@@ -23,7 +23,7 @@ from hearth.observability import tracing
 from hearth.observability.trace_middleware import TraceMiddleware
 from hearth.settings import Settings
 from hearth.testing.fake_upstream import FakeBehavior
-from tests.support import AUTH, REPO_ROOT, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, REPO_ROOT, chat_body, gateway_registry
 from tests.tasks.api_helpers import TASKS, finished
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -265,3 +265,33 @@ def test_tracing_is_configured_by_hearths_setting_or_the_standard_otel_variables
     assert tracing.configured_endpoint(Settings()) == "http://127.0.0.1:4319"
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert tracing.configured_endpoint(Settings(otel_endpoint="http://127.0.0.1:4318")) is None
+
+
+async def test_a_workflow_pass_has_a_span_with_its_ended_steps_and_its_tasks_link_to_it(spans, fake, hearth_server,
+                                                                                     http):
+    server = hearth_server(gateway_registry([_ep("a", fake.base_url)]), scheduler_interval_s=0.1, task_poll_s=0.1,
+                           task_modules=["hearth.testing.task_types:register"])
+    flow = {"name": "traced", "steps": [{"id": "echo", "kind": "task", "task_type": "test.echo",
+                                         "input": {"x": 1}},
+                                        {"id": "done", "kind": "join", "needs": ["echo"]}]}
+    assert (await http.post(server.base_url + "/api/v1/workflows", json=flow, headers=ADMIN)).status_code in (200, 201)
+    r = await http.post(f"{server.base_url}/api/v1/workflows/traced/runs", json={"caller": "tester", "input": {}},
+                        headers=ADMIN)
+    assert r.status_code == 201, r.text
+    run_id = r.json()["data"]["id"]
+    [start] = await _ended(spans, "POST /api/v1/workflows/{name}/runs")
+    passes = await _ended(spans, "workflow pass")
+    first = next(p for p in passes if p.parent is not None and _child_of(p, start))
+    assert (first.attributes or {})["hearth.workflow.run_id"] == run_id
+    [task] = await _ended(spans, "task test.echo")
+    # the pass that submitted the task: the request's (or, if the scheduler got to the run first, the scheduler's)
+    [link] = task.links
+    submitter = next(p for p in await _ended(spans, "workflow pass") if p.context is not None
+                     and p.context.span_id == link.context.span_id)
+    assert (submitter.attributes or {})["hearth.workflow.run_id"] == run_id
+    steps = await _ended(spans, "workflow step", 2)
+    by_step = {(s.attributes or {})["hearth.workflow.step"]: s for s in steps}
+    assert (by_step["echo"].attributes or {})["hearth.workflow.step_state"] == "succeeded"
+    assert (by_step["echo"].attributes or {})["hearth.workflow.step_kind"] == "task"
+    ending = next(p for p in await _ended(spans, "workflow pass") if _child_of(by_step["done"], p))
+    assert (ending.attributes or {})["hearth.workflow.run_state"] == "succeeded"
