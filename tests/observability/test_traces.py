@@ -177,6 +177,10 @@ async def test_a_task_span_links_to_the_request_that_submitted_it_and_parents_th
     assert (await http.get(f"{server.base_url}{TASKS}/{task_id}", headers=AUTH)).status_code == 200
     assert await _ended(spans, f"GET {TASKS}/{{task_id}}")
     assert not [s for s in spans.get_finished_spans() if task_id in s.name]
+    assert (await http.get(f"{server.base_url}/no/such/{task_id}", headers=AUTH)).status_code == 404
+    [unmatched] = await _ended(spans, "GET")  # no route: named by its method alone
+    assert "http.route" not in (unmatched.attributes or {})
+    assert (unmatched.attributes or {})["http.response.status_code"] == 404
 
 
 async def test_upstream_gets_the_attempts_traceparent_only_when_propagation_is_on(propagating, fake,
