@@ -47,6 +47,8 @@ from hearth.api.error_handlers import install_error_handlers
 from hearth.console import install_console
 from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
+from hearth.observability.trace_middleware import TraceMiddleware
+from hearth.observability.tracing import start_tracing
 from hearth.runtime import Runtime, start_runtime
 from hearth.settings import Settings, load_settings
 
@@ -73,7 +75,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="Hearth", version=__version__, lifespan=lifespan, default_response_class=ORJSONResponse,
                   description="Self-hosted AI capability service: OpenAI-compatible gateway, admin and logs.",
-                  docs_url=None, redoc_url=None)  # FastAPI's pages load their scripts from a CDN
+                  docs_url=None, redoc_url=None,  # FastAPI's pages load their scripts from a CDN
+                  # FastAPI's own OpenTelemetry spans and metrics are off: Hearth traces itself (traces are
+                  # opt-in, docs/operations.md), and FastAPI's would duplicate its request spans
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     install_error_handlers(app)
     _install_offline_docs(app)
     app.include_router(health.router)
@@ -173,15 +178,20 @@ def create_asgi(settings: Settings | None = None) -> RequestIdMiddleware:
         # would ignore HEARTH_LOG_LEVEL and log plain text.
         resolved = load_settings()
         configure_logging(resolved.log_level)
-    inner: ASGIApp = DirectRoutes(create_app(resolved))
+    direct = DirectRoutes(create_app(resolved))
+    inner: ASGIApp = direct
     if resolved.cors_origins:
         inner = CORSMiddleware(inner, allow_origins=resolved.cors_origins, allow_methods=["*"], allow_headers=["*"],
                                expose_headers=list(CORS_EXPOSED_HEADERS), max_age=600)
+    if start_tracing(resolved) is not None:  # traces configured (docs/operations.md): a span per request
+        inner = TraceMiddleware(inner, frozenset(path for _, path in direct.routes))
     return RequestIdMiddleware(inner)
 
 
 def fastapi_app(asgi: RequestIdMiddleware) -> FastAPI:
     app = asgi.app
+    if isinstance(app, TraceMiddleware):
+        app = app.app
     if isinstance(app, CORSMiddleware):
         app = app.app
     assert isinstance(app, DirectRoutes)

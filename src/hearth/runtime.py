@@ -39,6 +39,7 @@ from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability import alerts
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
+from hearth.observability.tracing import start_tracing, stop_tracing
 from hearth.prompts.catalog import PromptCatalog
 from hearth.providers.anthropic import AnthropicProvider
 from hearth.providers.base import Provider
@@ -205,6 +206,7 @@ class Runtime:
             await self._claim.release()
         await self.engine.dispose()
         shutdown.finished()
+        stop_tracing()  # last: the spans of everything above are exported
 
 
 def task_types(settings: Settings) -> TaskTypes:
@@ -241,6 +243,7 @@ def check_shutdown_bound(settings: Settings) -> None:
 async def start_runtime(settings: Settings) -> Runtime:
     refuse_memory_with_workers(settings)
     check_shutdown_bound(settings)
+    start_tracing(settings)  # if configured (a `hearth worker` process: its tasks' spans); else nothing at all
     engine = create_engine(settings.database_url)
     await migrate(engine)
     claim: MemoryStateClaim | None = None

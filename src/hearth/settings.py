@@ -236,6 +236,13 @@ class Settings(BaseSettings):
     console_secure_cookies: bool = Field(default=False, description="mark the console's cookies `Secure` even "
                                          "when Hearth itself is reached over plain HTTP (behind a TLS proxy)")
 
+    # traces (docs/operations.md "Traces"): off unless an OTLP endpoint is configured; needs `pip install hearth[otel]`
+    otel_endpoint: str | None = Field(default=None, description="OTLP/HTTP collector to send traces to, e.g. "
+                                      "`http://collector:4318` (`/v1/traces` is added); unset: OTEL_EXPORTER_OTLP_"
+                                      "[TRACES_]ENDPOINT if set, else tracing is off and costs nothing")
+    otel_propagate_upstream: bool = Field(default=False, description="send a W3C `traceparent` of each attempt to "
+                                          "the upstream provider (off: providers never see Hearth's trace ids)")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

@@ -17,6 +17,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
 from hearth.gateway.budget import actual_amounts
@@ -32,12 +33,16 @@ from hearth.gateway.context import AttemptRecord, CallContext
 from hearth.gateway.endpoint_admission import Admitted
 from hearth.gateway.health import HealthBook
 from hearth.gateway.state_recovery import StateRecovery
+from hearth.observability import tracing
 from hearth.observability.logging import get_logger
 from hearth.observability.metrics import observed
 from hearth.observability.request_log import RequestLogRecord, RequestLogWriter
-from hearth.providers.base import Usage
+from hearth.providers.base import HeaderExchange, Usage
 from hearth.registry.snapshot import Registry
 from hearth.state.base import Lease, StateBackend, StateUnavailable
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = get_logger("hearth.gateway")
 
@@ -65,6 +70,12 @@ class Call:
         self._renewal: asyncio.TimerHandle | None = None
         self._renewing: asyncio.Task[None] | None = None
         self._attempt_started = 0.0  # perf_counter() when the current attempt began
+        # spans (only with tracing on: docs/operations.md "Traces"); the call's, and its current attempt's
+        t = tracing.active
+        self._span = None if t is None else t.start("hearth.call", under=tracing.parent.get(), attributes={
+            "gen_ai.operation.name": ctx.route, "hearth.caller": ctx.caller_name, "hearth.request_id": ctx.request_id,
+            "hearth.task_id": ctx.task_id, "hearth.capability": ctx.capability})
+        self._attempt_span: Span | None = None
 
     # ---- taking ----------------------------------------------------------------------------------------
     async def admit_caller(self, want: CallerAdmission) -> None:
@@ -80,6 +91,8 @@ class Call:
         self.ctx.endpoint = adm.endpoint
         self.deps.health.started(adm.endpoint.name, self.deps.health.clock.now())
         self._schedule_renewal()
+        if self._span is not None:
+            self._trace_attempt(adm)
 
     async def attempt_ended(self, *, verdict_given: bool, failure: BaseException | None = None) -> None:
         """The attempt failed (with ``failure``, recorded in the call's attempt list): its endpoint lease
@@ -101,6 +114,23 @@ class Call:
     def _record_attempt(self, adm: Admitted, status: int, error_code: str | None) -> None:
         self.ctx.attempt_log.append(AttemptRecord(adm.endpoint.name, status, error_code,
                                                   round((time.perf_counter() - self._attempt_started) * 1000, 3)))
+        if self._attempt_span is not None:
+            span, self._attempt_span = self._attempt_span, None
+            tracing.end(span, error=error_code, attributes={"http.response.status_code": status})
+
+    def _trace_attempt(self, adm: Admitted) -> None:
+        """The attempt's span, child of the call's; its ``traceparent`` goes upstream if the operator wants it."""
+        t = tracing.active
+        if t is None or self._span is None:
+            return
+        ep = adm.endpoint
+        self._attempt_span = span = t.start("hearth.attempt", under=self._span, kind="client", attributes={
+            "hearth.endpoint": ep.name, "hearth.attempt": self.ctx.attempts, "gen_ai.request.model": self.ctx.model,
+            "gen_ai.provider.name": ep.kind})
+        if t.propagate_upstream:
+            if self.ctx.headers is None:
+                self.ctx.headers = HeaderExchange({})
+            self.ctx.headers.traceparent = tracing.traceparent(span)
 
     # ---- renewing -------------------------------------------------------------------------------------
     def _schedule_renewal(self) -> None:
@@ -197,6 +227,8 @@ class Call:
         ctx = self.ctx
         ep = ctx.endpoint
         cost = call_cost(self.deps.registry, ctx, usage)
+        if self._span is not None:
+            self._trace_end(status, error_code, usage)
         self.deps.log_writer.submit(observed(RequestLogRecord(
             request_id=ctx.request_id, created_at=datetime.now(UTC), caller=ctx.caller_name, route=ctx.route,
             model=ctx.model, endpoint=ep.name if ep else None, upstream_model=ep.upstream_model if ep else None,
@@ -211,6 +243,19 @@ class Call:
                           "latency_ms": a.latency_ms} for a in ctx.attempt_log],
             capability=ctx.capability, prompt_code=ctx.prompt_code, prompt_version=ctx.prompt_version,
             guardrails=ctx.guardrails, task_id=ctx.task_id)))
+
+
+    def _trace_end(self, status: int, error_code: str | None, usage: Usage | None) -> None:
+        assert self._span is not None
+        ctx = self.ctx
+        tracing.end(self._span, error=error_code, attributes={
+            "hearth.status": status, "hearth.attempts": ctx.attempts, "gen_ai.request.model": ctx.model,
+            "hearth.endpoint": ctx.endpoint.name if ctx.endpoint else None, "hearth.stream": ctx.stream,
+            "hearth.scene": ctx.scene, "hearth.fallback_used": ctx.fallback_used,
+            "gen_ai.usage.input_tokens": usage.prompt_tokens if usage else None,
+            "gen_ai.usage.output_tokens": usage.completion_tokens if usage else None,
+            "hearth.prompt.code": ctx.prompt_code, "hearth.prompt.version": ctx.prompt_version})
+        self._span = None
 
 
 def call_cost(registry: Registry, ctx: CallContext, usage: Usage | None) -> float:

@@ -40,14 +40,19 @@ class HeaderExchange:
     hop-by-hop or ``x-hearth-*``) are sent upstream, under the provider's own headers, which win.
     ``relayed`` is what goes back to the caller: the ``x-ratelimit-*`` headers of the answer that
     served the call, when the provider has ``relay_ratelimit_headers``; each attempt starts it afresh,
-    so a failover never shows the headers of an endpoint that did not serve the call."""
+    so a failover never shows the headers of an endpoint that did not serve the call.
+    ``traceparent`` is the current attempt's W3C trace context, sent only when the operator turned on
+    upstream propagation (``HEARTH_OTEL_PROPAGATE_UPSTREAM``; see :mod:`hearth.observability.tracing`)."""
 
     client: Mapping[str, str]
     relayed: dict[str, str] = field(default_factory=dict)
+    traceparent: str | None = None
 
     def outgoing(self, ep: Endpoint, own: dict[str, str]) -> dict[str, str]:
         """The request headers of one attempt: the forwarded client headers under ``own``."""
         self.relayed = {}
+        if self.traceparent is not None:
+            own = {**own, "traceparent": self.traceparent}
         if not ep.forward_headers:
             return own
         client = self.client

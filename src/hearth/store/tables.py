@@ -352,6 +352,7 @@ tasks = Table(
     Column("started_at", Float, nullable=True),
     Column("finished_at", Float, nullable=True),
     Column("updated_at", Float, nullable=False),
+    Column("trace_parent", String(64), nullable=True),  # W3C traceparent of the submitting span (tracing on)
     UniqueConstraint("caller", "idempotency_key", name="uq_tasks_caller_idempotency"),
 )
 _QUEUED = tasks.c.state == "queued"

@@ -44,7 +44,7 @@ _CLAIM_SET = ("state = 'running', attempt = attempt + 1, worker = :worker, lease
               "started_at = :now, updated_at = :now")
 _ORDER = "ORDER BY priority DESC, fair_seq, created_at, id LIMIT :n"
 CLAIMED = ("id", "task_type", "queue", "attempt", "max_attempts", "payload", "caller", "tenant", "end_user",
-           "request_id", "priority", "callback_url", "repeat_safe", "started_at")
+           "request_id", "priority", "callback_url", "repeat_safe", "started_at", "trace_parent")
 
 
 @dataclass(frozen=True, slots=True)

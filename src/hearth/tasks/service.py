@@ -23,6 +23,7 @@ from hearth.capabilities.address_guard import AddressGuard
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError
 from hearth.ids import new_id
+from hearth.observability import tracing
 from hearth.store.db import write_transaction
 from hearth.store.tables import task_attempts, task_events, tasks
 from hearth.tasks import callbacks, dead_letters
@@ -119,7 +120,8 @@ class TaskService:
                 "payload": payload, "progress": 0, "attempt": 0, "max_attempts": policy.max_attempts,
                 "repeat_safe": ttype.repeat_safe, "run_after": run_after, "cancel_requested": False,
                 "idempotency_key": s.idempotency_key, "replay_of": s.replay_of, "callback_url": s.callback_url,
-                "request_id": s.request_id, "created_at": now, "updated_at": now}
+                "request_id": s.request_id, "created_at": now, "updated_at": now,
+                "trace_parent": tracing.current_traceparent()}
 
     async def _insert(self, subs: Sequence[Submission],
                       rows: list[dict[str, Any]]) -> list[tuple[Mapping[Any, Any], bool]]:

@@ -62,6 +62,7 @@ class TaskRecord:
     request_id: str | None
     priority: int
     callback_url: str | None = None
+    trace_parent: str | None = None  # the submitting span's W3C traceparent (tracing on): the task's span links it
 
 
 class TaskContext:

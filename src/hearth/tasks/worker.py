@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.ids import new_id
+from hearth.observability import tracing
 from hearth.observability.logging import get_logger
 from hearth.observability.metrics import count_lease_expirations, count_retry
 from hearth.store.db import stop_writer_task, write_transaction
@@ -83,7 +84,7 @@ def default_worker_id() -> str:
 @dataclass(slots=True)
 class _Running:
     ctx: TaskContext
-    task: asyncio.Task[None]
+    task: asyncio.Task[Move | None]
     started_at: float
     repeat_safe: bool
     claimed_at: float  # loop time: a heartbeat begun before the claim does not know the task yet
@@ -403,13 +404,14 @@ class _QueueRunner:
         record = TaskRecord(id=row["id"], task_type=row["task_type"], queue=row["queue"], attempt=row["attempt"],
                             max_attempts=row["max_attempts"], payload=row["payload"], caller=row["caller"],
                             tenant=row["tenant"], end_user=row["end_user"], request_id=row["request_id"],
-                            priority=row["priority"], callback_url=row["callback_url"])
+                            priority=row["priority"], callback_url=row["callback_url"],
+                            trace_parent=row["trace_parent"])
         loop = asyncio.get_running_loop()
         soft = loop.time() + ttype.soft_time_limit_s if ttype.soft_time_limit_s else None
         ctx = TaskContext(record, w.services, report=self._report, soft_deadline=soft,
                           soft_limit_s=ttype.soft_time_limit_s)
-        task = asyncio.create_task(self._execute(ctx, ttype, started_at=row["started_at"]),
-                                   name=f"task-{record.id}")
+        execute = self._execute if tracing.active is None else self._traced_execute
+        task = asyncio.create_task(execute(ctx, ttype, started_at=row["started_at"]), name=f"task-{record.id}")
         self.running[record.id] = _Running(ctx, task, row["started_at"], bool(row["repeat_safe"]), loop.time())
 
     def _report(self, ctx: TaskContext) -> None:
@@ -442,7 +444,30 @@ class _QueueRunner:
         self._progress_timer = None
         self.dirty.set()
 
-    async def _execute(self, ctx: TaskContext, ttype: TaskType, *, started_at: float) -> None:
+    async def _traced_execute(self, ctx: TaskContext, ttype: TaskType, *, started_at: float) -> Move | None:
+        """:meth:`_execute` in a span of its own (tracing on), which links to the span that submitted the task
+        and is the parent of the gateway calls its handler makes."""
+        t = tracing.active
+        assert t is not None
+        task = ctx.task
+        submitted_by = tracing.remote_parent(task.trace_parent)
+        span = t.start(f"task {task.task_type}", under=None, kind="consumer",
+                       links=(submitted_by,) if submitted_by is not None else (),
+                       attributes={"hearth.task.id": task.id, "hearth.task.type": task.task_type,
+                                   "hearth.task.queue": task.queue, "hearth.task.attempt": task.attempt,
+                                   "hearth.request_id": task.request_id})
+        token = tracing.parent.set(span)
+        move: Move | None = None
+        try:
+            move = await self._execute(ctx, ttype, started_at=started_at)
+        finally:
+            tracing.parent.reset(token)
+            ended = move.ended if move is not None else None
+            tracing.end(span, error=ended.error_code if ended is not None else None,
+                        attributes={"hearth.task.outcome": ended.outcome if ended is not None else "lease_lost"})
+        return move
+
+    async def _execute(self, ctx: TaskContext, ttype: TaskType, *, started_at: float) -> Move | None:
         move: Move | None = None
         try:
             ctx.check_cancel()
@@ -475,6 +500,7 @@ class _QueueRunner:
                                                               callback_url=ctx.task.callback_url):
                     self._plain.add(move.task_id)
                 self.dirty.set()
+        return move
 
     def _end(self, ctx: TaskContext, outcome: str, started_at: float, error: HearthError | None = None) -> AttemptEnd:
         return AttemptEnd(outcome, self.worker.id, started_at, error_code=error.code if error else None,

@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.errors import HearthError
 from hearth.ids import new_id
+from hearth.observability import tracing
 from hearth.observability.logging import get_logger
 from hearth.tasks.service import TaskService
 from hearth.workflows import run_store
@@ -44,7 +45,7 @@ from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.definitions import WaitStep, WorkflowDefinition
 from hearth.workflows.reviews import ReviewService
 from hearth.workflows.run_pass import Pass, drive
-from hearth.workflows.run_plan import RunPlan
+from hearth.workflows.run_plan import ENDED, RunPlan
 from hearth.workflows.run_steps import RunSteps, run_of_key
 
 log = get_logger("hearth.workflow_runs")
@@ -158,7 +159,7 @@ class RunService:
                 _, plan = await self._plan(run["workflow"], run["version"])
                 p = Pass(plan=plan, run=run, rows=rows, signals=signals, tasks=tasks, reviews=reviews,
                          children=children, now=self.clock.now())
-                await drive(p, steps)
+                await (drive(p, steps) if tracing.active is None else _traced_drive(p, steps))
             except Exception as exc:  # one run's trouble never stops the others
                 if p is not None:
                     steps.drop(p)
@@ -255,3 +256,35 @@ class RunService:
                 self._plans.popitem(last=False)
         return key[1], self._plans[key]
 
+
+async def _traced_drive(p: Pass, steps: RunSteps) -> None:
+    """:func:`drive` in a span of its own (tracing on): the pass's span, under the request or scheduler pass that
+    moved the run on, is the parent of what the pass submits (its tasks link to it) and of one span per step
+    that ended in it, timed from the step's start to its end."""
+    t = tracing.active
+    assert t is not None
+    run = p.run
+    before = {sid: row["state"] for sid, row in p.rows.items()}
+    span = t.start("workflow pass", under=tracing.parent.get(), attributes={
+        "hearth.workflow.name": run["workflow"], "hearth.workflow.version": run["version"],
+        "hearth.workflow.run_id": run["id"]})
+    token = tracing.parent.set(span)
+    failed: str | None = None
+    try:
+        await drive(p, steps)
+    except Exception as exc:
+        failed = type(exc).__name__
+        raise
+    finally:
+        tracing.parent.reset(token)
+        ended = [sid for sid, row in p.rows.items() if row["state"] in ENDED and before.get(sid) not in ENDED]
+        for sid in ended:
+            row, step = p.rows[sid], p.plan.steps[sid]
+            error = row["error"].get("code") if isinstance(row["error"], dict) else None
+            begun = row["started_at"] if row["started_at"] is not None else p.now
+            tracing.end(t.start("workflow step", under=span, start_time=begun, attributes={
+                "hearth.workflow.name": run["workflow"], "hearth.workflow.step": sid,
+                "hearth.workflow.step_kind": step.kind, "hearth.workflow.step_state": row["state"]}),
+                error=error if row["state"] == "failed" else None, end_time=row["finished_at"] or p.now)
+        tracing.end(span, error=failed, attributes={"hearth.workflow.steps_ended": len(ended),
+                                                    "hearth.workflow.run_state": (p.changes.run or {}).get("state")})
