@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
     ("hearth.readiness",),
     ("hearth.runtime",),  # composition root: builds the gateway, providers, writers, the task engine
+    ("hearth.usage",),  # usage events' relay: sinks (signed webhook, NATS, RabbitMQ) fed from the outbox
     ("hearth.documents",),  # the document pipeline: blobs, PDF text, evidence, review triggers, jobs
     ("hearth.workflows",),  # schedules (and, next, workflows and reviews) on the task engine
     ("hearth.tasks",),  # the durable task engine: the queue is a table; capability tasks run on it
