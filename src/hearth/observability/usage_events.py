@@ -17,12 +17,15 @@ call never reached an endpoint, e.g. refused at admission).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hearth.ids import new_id
 from hearth.observability.request_log import RequestLogRecord
 
 EVENT_TYPE = "AIUsageRecorded"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
 
 #: ``endpoint name → provider name`` as the registry says now (the relay looks it up, not the hot path).
 ProviderOf = Callable[[str], str | None]
@@ -42,7 +45,9 @@ def is_settled_call(record: RequestLogRecord) -> bool:
 def usage_event(record: RequestLogRecord, *, event_id: str, provider_of: ProviderOf) -> dict[str, Any]:
     """The event for one settled call, as JSON-ready values (``occurred_at``: Unix milliseconds)."""
     created = record.created_at
-    occurred_ms = int(created.timestamp() * 1000)
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    occurred_ms = (created - _EPOCH) // _MILLISECOND
     operation = record.capability or record.route
     success = record.status < 400
     return {
