@@ -108,9 +108,10 @@ class NatsSink:
     async def _client(self) -> NatsClient:
         nc = self._nc
         if nc is None or nc.is_closed:
-            # Reconnects on its own after a drop; a first connection that fails raises (retried next round).
+            # Two tries (nats-py counts 0 as unlimited), no reconnection of its own: a connection that fails or
+            # drops is opened again next round.
             nc = await nats.connect(servers=[self._url], connect_timeout=min(self._timeout_s, 5.0),
-                                    allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                                    allow_reconnect=False, max_reconnect_attempts=1, reconnect_time_wait=0.1,
                                     error_cb=_ignore, disconnected_cb=_ignore, reconnected_cb=_ignore,
                                     closed_cb=_ignore, name="hearth-usage-relay")
             self._nc, self._js = nc, nc.jetstream(timeout=self._timeout_s)
