@@ -174,7 +174,7 @@ class Settings(BaseSettings):
                                                   "usage webhook (default: `callback_signing_key`; one is required)")
     usage_nats_url: str | None = Field(default=None, description="NATS server events are published to, e.g. "
                                        "`nats://127.0.0.1:4222`")
-    usage_nats_subject: str = Field(default="hearth.ai.usage", description="NATS subject of the events")
+    usage_nats_subject: str = Field(default="hearth.ai.usage", min_length=1, description="NATS subject of the events")
     usage_nats_jetstream: bool = Field(default=False, description="publish through JetStream and wait for its "
                                        "acknowledgement (a stream must capture the subject; `Nats-Msg-Id` "
                                        "deduplicates); false: core NATS, confirmed by a flush")

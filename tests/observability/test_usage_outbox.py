@@ -22,6 +22,7 @@ from hearth.observability.usage_outbox import (
 from hearth.settings import Settings
 from hearth.store.tables import request_logs, usage_outbox
 from hearth.testing.fake_clock import FakeClock
+from hearth.usage.relay import RelayPolicy, UsageRelay
 from hearth.usage.setup import build_usage_events, configured_sinks
 from tests.observability.usage_support import record
 
@@ -139,3 +140,24 @@ def test_nothing_configured_builds_nothing() -> None:
     assert build_usage_events(settings, None, None, guard=None, provider_of=PROVIDERS.get) is None  # type: ignore[arg-type]
     assert configured_sinks(Settings(usage_nats_url="nats://127.0.0.1:4222",
                                      usage_amqp_url="amqp://guest:guest@127.0.0.1:5672/")) == ["nats", "amqp"]
+
+
+async def test_stopping_the_writer_writes_what_is_queued(engine: AsyncEngine) -> None:
+    w = UsageOutboxWriter(engine, ["nats"], PROVIDERS.get, flush_s=60.0)
+    w.start()
+    w.add([record(1), record(2)])
+    await w.stop()
+    assert [orjson.loads(r["payload"])["request_id"] for r in await outbox_rows(engine)] == ["req-1", "req-2"]
+
+
+async def test_the_relay_deletes_rows_delivered_longer_ago_than_the_retention(engine: AsyncEngine) -> None:
+    w = writer(engine, ["nats"])
+    w.add([record(i) for i in range(3)])
+    assert await w.flush()
+    now = 1_000_000.0
+    old, recent, pending = await claim_due(engine, "nats", now=now, limit=10, lease_s=30)
+    await mark_delivered(engine, [old.id], now=now - 150)
+    await mark_delivered(engine, [recent.id], now=now - 50)
+    relay = UsageRelay(engine, [], RelayPolicy(retention_s=100), clock=FakeClock(now))
+    assert await relay.cleanup() == 1
+    assert sorted(r["id"] for r in await outbox_rows(engine)) == sorted((recent.id, pending.id))

@@ -265,8 +265,11 @@ class RequestLogWriter:
                     self.last_error = outcome.error
                 if self.on_written is not None:
                     retried = {id(row) for row in outcome.retry}
-                    self.on_written([record for record, row in zip(batch, rows, strict=True)
-                                     if id(row) not in retried])
+                    try:
+                        self.on_written([record for record, row in zip(batch, rows, strict=True)
+                                         if id(row) not in retried])
+                    except Exception as exc:  # never at the request log's expense
+                        log.error("request_log_hand_over_failed", error=type(exc).__name__)
                 if outcome.retry:
                     self.failed_batches += 1
                     position = {id(row): i for i, row in enumerate(rows)}
