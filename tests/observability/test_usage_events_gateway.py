@@ -16,6 +16,7 @@ import aio_pika
 import nats
 import nats.errors
 import orjson
+import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -96,6 +97,34 @@ async def test_calls_reach_a_signed_webhook_and_rabbitmq(fake, hearth_server, ht
         assert event["user"].startswith("user-") and event["prompt_tokens"] > 0 and event["completion_tokens"] > 0
         assert event["total_tokens"] == event["prompt_tokens"] + event["completion_tokens"]
         assert event["latency_ms"] > 0 and event["occurred_at"] > 1_700_000_000_000
+
+
+async def test_a_capability_request_announces_its_model_calls_not_its_sum(fake, hearth_server, http,
+                                                                          database_url) -> None:
+    receiver = await WebhookReceiver(key="usage-key-0123456789").start()
+    try:
+        reg = registry(fake.base_url)
+        reg["prices"] = [{"model": "up", "input_per_1m": 1000.0, "output_per_1m": 1000.0}]
+        server = hearth_server(reg, database_url=database_url, usage_webhook_url=receiver.url,
+                               usage_webhook_signing_key="usage-key-0123456789", callback_url_allow=["127.0.0.1/32"],
+                               **FAST_RELAY)
+        r = await http.post(server.base_url + "/api/v1/ai/summarize", headers=AUTH,
+                            json={"text": "Hearth is a gateway. It governs calls.", "model": "m"})
+        assert r.status_code == 200, r.text
+        summarized = r.headers["x-request-id"]
+        later = await call(http, server.base_url, 1)  # handed over after the capability's rows: a FIFO marker
+
+        async def later_delivered() -> bool:
+            return any(e["request_id"] == later for e in receiver.events())
+
+        await eventually(later_delivered, what="the later call's event")
+    finally:
+        await receiver.stop()
+    events = [e for e in {e["event_id"]: e for e in receiver.events()}.values() if e["request_id"] == summarized]
+    assert len(events) == 1  # the model call; the capability's own row (its sum) is not announced
+    (event,) = events
+    assert (event["operation"], event["metadata"]["route"], event["success"]) == ("summarize", "chat", True)
+    assert event["cost"] == pytest.approx(r.json()["data"]["cost"]) and event["cost"] > 0
 
 
 async def test_1000_calls_with_nats_stopped_for_part_of_the_run_deliver_every_event_once_by_id(
