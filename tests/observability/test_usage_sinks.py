@@ -214,3 +214,31 @@ async def test_a_sink_that_is_down_holds_back_only_its_own_rows(engine, session,
     assert not any(x["state"] == "delivered" for x in nats_rows)
     assert any(x["attempts"] >= 1 and x["last_error"] for x in nats_rows) and r.stats()["nats"]["failures"] >= 1
     assert len({e["event_id"] for e in receiver.events()}) == 30
+
+
+async def test_two_relays_share_the_outbox_and_send_each_event_once(engine) -> None:
+    queue_name = unique("hearth-usage")
+    connection = await aio_pika.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(queue_name, exclusive=True)
+        await write_events(engine, ["amqp"], 200)
+        relays = [UsageRelay(engine, [AmqpSink(AMQP_URL, "", queue_name, timeout_s=5.0)],
+                             RelayPolicy(batch=10, interval_s=0.05, max_backoff_s=0.2, timeout_s=5.0))
+                  for _ in range(2)]
+        for r in relays:
+            r.start()
+        try:
+            async def all_delivered() -> bool:
+                return all(x["state"] == "delivered" for x in await outbox(engine))
+
+            await eventually(all_delivered, what="200 events delivered")
+        finally:
+            for r in relays:
+                await r.stop()
+        assert all(r.stats()["amqp"]["delivered"] > 0 for r in relays)  # both took part
+        got = [await queue.get(no_ack=True, timeout=5) for _ in range(200)]
+        assert (await queue.declare()).message_count == 0
+    finally:
+        await connection.close()
+    assert sorted(m.message_id or "" for m in got) == sorted(x["event_id"] for x in await outbox(engine))
