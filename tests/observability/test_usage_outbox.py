@@ -161,3 +161,33 @@ async def test_the_relay_deletes_rows_delivered_longer_ago_than_the_retention(en
     relay = UsageRelay(engine, [], RelayPolicy(retention_s=100), clock=FakeClock(now))
     assert await relay.cleanup() == 1
     assert sorted(r["id"] for r in await outbox_rows(engine)) == sorted((recent.id, pending.id))
+
+
+class StuckSink:
+    """A receiver that never answers (stands in for a hung broker)."""
+
+    name = "nats"
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+
+    async def send(self, rows: Any) -> list[str | None]:
+        self.called.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_relay_stopped_mid_round_gives_its_rows_back_at_once(engine: AsyncEngine) -> None:
+    w = writer(engine, ["nats"])
+    w.add([record(i) for i in range(3)])
+    assert await w.flush()
+    sink = StuckSink()
+    relay = UsageRelay(engine, [sink], RelayPolicy(timeout_s=60.0))
+    relay.start()
+    await asyncio.wait_for(sink.called.wait(), 30)
+    assert {r["state"] for r in await outbox_rows(engine)} == {"delivering"}
+    await relay.stop()
+    assert {(r["state"], r["attempts"], r["lease_until"]) for r in await outbox_rows(engine)} == {("pending", 0, None)}

@@ -192,6 +192,16 @@ async def mark_delivered(engine: AsyncEngine, ids: Sequence[int], *, now: float)
             state="delivered", delivered_at=now, lease_until=None, attempts=t.c.attempts + 1, last_error=None))
 
 
+async def release(engine: AsyncEngine, ids: Sequence[int]) -> None:
+    """Give claimed rows back at once, unattempted (a relay stopping mid-round; it may have sent some)."""
+    if not ids:
+        return
+    t = usage_outbox
+    async with write_transaction(engine) as conn:
+        await conn.execute(update(t).where(t.c.id.in_(list(ids)), t.c.state == "delivering").values(
+            state="pending", lease_until=None))
+
+
 async def mark_failed(engine: AsyncEngine, failed: Sequence[tuple[OutboxRow, str]], *, now: float,
                       retry_in_s: Callable[[int], float]) -> None:
     """Make each failed row pending again, ``retry_in_s(attempts)`` from ``now``, with its error (bounded)."""

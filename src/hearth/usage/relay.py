@@ -8,7 +8,8 @@ itself backs off the same way instead of claiming row after row that would fail.
 at once by the next; otherwise the loop waits ``interval_s``.
 
 Leaderless: any number of processes relay at once; a row is claimed by one at a time, and a row whose
-relay died is claimed again when its lease ends — so an event may reach a sink twice, with the same id.
+relay died is claimed again when its lease ends (a relay that is stopped mid-round gives its rows back at once)
+— so an event may reach a sink twice, with the same id.
 Delivered rows are deleted after ``retention_s`` (in bounded chunks, about once a minute).
 """
 
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.observability.logging import get_logger
-from hearth.observability.usage_outbox import claim_due, delete_delivered, mark_delivered, mark_failed
+from hearth.observability.usage_outbox import claim_due, delete_delivered, mark_delivered, mark_failed, release
 from hearth.tasks.retry import jittered_backoff_s
 from hearth.usage.sinks import UsageSink
 
@@ -92,6 +93,10 @@ class UsageRelay:
             outcomes = await asyncio.wait_for(sink.send(rows), policy.timeout_s)
         except TimeoutError:
             outcomes = ["timeout"] * len(rows)
+        except asyncio.CancelledError:  # stopping: the rows are owed again now, not when the lease ends
+            with contextlib.suppress(Exception):
+                await asyncio.shield(release(self._engine, [row.id for row in rows]))
+            raise
         now = self._clock.now()
         done = [row.id for row, outcome in zip(rows, outcomes, strict=True) if outcome is None]
         failed = [(row, outcome) for row, outcome in zip(rows, outcomes, strict=True) if outcome is not None]
