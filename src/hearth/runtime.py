@@ -67,6 +67,7 @@ from hearth.tasks.engine import TaskEngine, build_task_engine
 from hearth.tasks.fail_task import register_fail_task
 from hearth.tasks.http_call import register_http_tasks
 from hearth.tasks.types import TaskTypes
+from hearth.usage.setup import UsageEvents, build_usage_events, check_usage_settings
 from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.definitions import WorkflowDefinition
 from hearth.workflows.file_apply import apply_workflows, check_workflows
@@ -104,6 +105,7 @@ class Runtime:
     scheduler: Scheduler | None = None  # None: this process does not run the scheduler (HEARTH_SCHEDULER_ENABLED)
     run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
     alerting: AlertConfig | None = None  # None: no alert URL, nothing is raised
+    usage_events: UsageEvents | None = None  # None: no usage-event sink configured (no outbox row is written)
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
@@ -199,6 +201,8 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.log_writer.stop()
+        if self.usage_events is not None:  # after the request log's last batch was handed to it
+            await self.usage_events.stop()
         await self.ledger.stop()
         await self.session.close()
         await self.state.close()
@@ -264,6 +268,7 @@ async def start_runtime(settings: Settings) -> Runtime:
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)
         await check_alert_url(settings, outbound)
+        await check_usage_settings(settings, outbound)
         if settings.config is not None:
             spec = RegistrySpec.model_validate(read_config_file(settings.config))
             flows = await _file_workflows(settings, spec, types, definitions)  # checked before anything is written
@@ -337,8 +342,12 @@ async def start_runtime(settings: Settings) -> Runtime:
                                    timeout_s=settings.shutdown_timeout_s))
     if tasks.worker is not None:
         rt.shutdown.on_begin(tasks.worker.stop_claiming)
+    rt.usage_events = build_usage_events(settings, engine, session, guard=outbound,
+                                         provider_of=lambda name: _provider_of(gateway, name))
     gateway.on_auth_failure = rt.disable_after_auth_failure
     writer.start()
+    if rt.usage_events is not None:
+        rt.usage_events.start(writer)
     ledger.start()
     recovery.start_watching()
     rt._tasks.append(asyncio.create_task(rt._watch_registry(), name="registry-watch"))
@@ -371,6 +380,11 @@ async def _file_workflows(settings: Settings, spec: RegistrySpec, types: TaskTyp
         return check_workflows(spec.workflows, known_task_types=types.names(), registered=await definitions.names())
     except HearthError as exc:
         raise SystemExit(f"{settings.config}: {exc.message}") from None
+
+
+def _provider_of(gateway: Gateway, endpoint: str) -> str | None:
+    ep = gateway.registry.endpoints.get(endpoint)
+    return ep.provider if ep is not None else None
 
 
 async def _sweep_document_temp(blobs: LocalBlobStore) -> None:

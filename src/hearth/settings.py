@@ -243,6 +243,34 @@ class Settings(BaseSettings):
     otel_propagate_upstream: bool = Field(default=False, description="send a W3C `traceparent` of each attempt to "
                                           "the upstream provider (off: providers never see Hearth's trace ids)")
 
+    # usage events (docs/operations.md, "Usage events"): every settled gateway call, through the outbox
+    usage_webhook_url: str | None = Field(default=None, description="AIUsageRecorded events are POSTed here in "
+                                          "batches, signed like callbacks, address-guarded (`callback_url_allow`)")
+    usage_webhook_signing_key: str | None = Field(default=None, repr=False, description="HMAC key signing the "
+                                                  "usage webhook (default: `callback_signing_key`; one is required)")
+    usage_nats_url: str | None = Field(default=None, description="NATS server events are published to, e.g. "
+                                       "`nats://127.0.0.1:4222`")
+    usage_nats_subject: str = Field(default="hearth.ai.usage", min_length=1, description="NATS subject of the events")
+    usage_nats_jetstream: bool = Field(default=False, description="publish through JetStream and wait for its "
+                                       "acknowledgement (a stream must capture the subject; `Nats-Msg-Id` "
+                                       "deduplicates); false: core NATS, confirmed by a flush")
+    usage_amqp_url: str | None = Field(default=None, repr=False, description="RabbitMQ (AMQP 0-9-1) URL events "
+                                       "are published to, e.g. `amqp://guest:guest@127.0.0.1:5672/`")
+    usage_amqp_exchange: str = Field(default="", description="exchange of the events (must exist; empty: the "
+                                     "default exchange, where the routing key names a queue)")
+    usage_amqp_routing_key: str = Field(default="hearth.ai.usage", description="routing key of the events")
+    usage_relay_batch: int = Field(default=100, ge=1, le=10_000, description="events one sink's relay sends per "
+                                   "round")
+    usage_relay_interval_s: float = Field(default=1.0, gt=0, le=60, description="how often each sink's relay "
+                                          "looks for due events when idle")
+    usage_relay_max_backoff_s: float = Field(default=60.0, gt=0, description="longest wait before an event a sink "
+                                             "refused is tried again (exponential from `usage_relay_interval_s`)")
+    usage_relay_timeout_s: float = Field(default=10.0, gt=0, description="bound of one delivery round to a sink")
+    usage_outbox_queue: int = Field(default=20_000, ge=1, description="events held in memory before the outbox "
+                                    "writes them (the oldest are dropped, and counted, beyond it)")
+    usage_outbox_retention_s: float = Field(default=86_400.0, ge=0, description="how long delivered rows stay in "
+                                            "the outbox before the relay deletes them")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

@@ -215,6 +215,9 @@ class RequestLogWriter:
         self.lost = 0  # refused, and could not be recorded in dead_rows either (logged)
         self.failed_batches = 0  # write attempts that found the database unavailable (rows kept)
         self.last_error: str | None = None
+        # Given each batch of records once it is written (or dead-lettered), in this writer's background
+        # flush: the usage-event outbox (hearth.observability.usage_outbox) when a sink is configured.
+        self.on_written: Callable[[list[RequestLogRecord]], None] | None = None
 
     def submit(self, record: RequestLogRecord) -> None:
         queue = self._queue
@@ -260,6 +263,13 @@ class RequestLogWriter:
                 self.lost += outcome.lost
                 if outcome.error is not None:
                     self.last_error = outcome.error
+                if self.on_written is not None:
+                    retried = {id(row) for row in outcome.retry}
+                    try:
+                        self.on_written([record for record, row in zip(batch, rows, strict=True)
+                                         if id(row) not in retried])
+                    except Exception as exc:  # never at the request log's expense
+                        log.error("request_log_hand_over_failed", error=type(exc).__name__)
                 if outcome.retry:
                     self.failed_batches += 1
                     position = {id(row): i for i, row in enumerate(rows)}

@@ -682,3 +682,22 @@ alerts = Table(
 Index("ix_alerts_dedup", alerts.c.dedup_key, alerts.c.window_start)
 Index("ix_alerts_due", alerts.c.state, alerts.c.next_at)
 Index("ix_alerts_kind", alerts.c.kind, alerts.c.id)
+# owner: hearth.observability.usage_outbox — AIUsageRecorded events owed to each configured sink (one row per
+# event and sink, so a sink that is down holds back only its own rows); delivered rows are deleted after retention
+usage_outbox = Table(
+    "usage_outbox", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("event_id", String(36), nullable=False),  # the dedup key every delivery of the event carries
+    Column("sink", String(16), nullable=False),  # webhook | nats | amqp
+    Column("payload", Text, nullable=False),  # the event as JSON
+    Column("state", String(16), nullable=False),  # pending | delivering | delivered
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_at", Float, nullable=False),
+    Column("lease_until", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float, nullable=True),
+    UniqueConstraint("event_id", "sink", name="uq_usage_outbox_event_sink"),
+)
+Index("ix_usage_outbox_due", usage_outbox.c.sink, usage_outbox.c.state, usage_outbox.c.next_at)
+Index("ix_usage_outbox_delivered", usage_outbox.c.state, usage_outbox.c.delivered_at)
