@@ -128,12 +128,14 @@ async def test_sixty_slow_readers_cannot_hold_fifty_slots(fake, fake2, hearth_se
         assert time.monotonic() < deadline, "the slow clients never took all the slots"
         await asyncio.sleep(0.02)
     # Then their buffers fill: uvicorn pauses a stream's sends above its 64 KiB high-water mark (the kernel
-    # keeps at most 16 KiB unsent on top). No connection holds more than that plus one frame (~200 bytes here):
-    # nothing is queued per stream beyond it.
+    # keeps at most 16 KiB unsent on top). No connection holds more than that plus one write: nothing is queued
+    # per stream beyond it. A write is the events of one upstream read (relay.py writes each read's events at
+    # once), a few ~200-byte events here — more of them per read on a busy machine (66,711 bytes seen once, at
+    # load 14), so the bound allows 8 KiB for that one write.
     deadline = time.monotonic() + 10
     while True:
         buffers = server.call(_write_buffers(server))
-        assert max(buffers, default=0) <= 64 * 1024 + 1024, sorted(buffers)[-5:]
+        assert max(buffers, default=0) <= 64 * 1024 + 8 * 1024, sorted(buffers)[-5:]
         if len([n for n in buffers if n >= 64 * 1024]) >= SLOTS - 5:  # (the first may be cut before the last)
             break
         assert time.monotonic() < deadline, "the streams never stalled"
