@@ -67,17 +67,13 @@ def test_the_follower_prints_each_new_row_once(fake: Any, hearth_server: Any) ->
     assert follower.poll() == ([], False)
 
 
-def test_logs_tail_follow_prints_new_rows_in_order_without_gaps(fake: Any, hearth_server: Any,
-                                                                tmp_path: Path) -> None:
-    """The command itself: calls keep coming while it follows; it stops after --max-rows new rows."""
-    server = hearth_server(registry(fake))
-    assert chat(server, "before").status_code == 200
-    _logged(server, 1)
+def follow_while_calling(server: Any, tmp_path: Path, max_rows: int) -> list[int]:
+    """Run ``logs tail -f -n 1 --max-rows N`` while chat calls keep coming; the ids it printed."""
     result: dict[str, subprocess.CompletedProcess[str]] = {}
 
     def follow() -> None:
         result["out"] = hearth_in_process(
-            ["logs", "tail", "-f", "-n", "1", "--interval", "0.1", "--max-rows", "3", "--json", "--url",
+            ["logs", "tail", "-f", "-n", "1", "--interval", "0.1", "--max-rows", str(max_rows), "--json", "--url",
              server.base_url], cwd=tmp_path, env={"HEARTH_ADMIN_TOKEN": "admin-token-xyz"})
 
     thread = threading.Thread(target=follow)
@@ -91,8 +87,17 @@ def test_logs_tail_follow_prints_new_rows_in_order_without_gaps(fake: Any, heart
     assert not thread.is_alive()
     out = result["out"]
     assert out.returncode == 0, out.stderr
-    printed = [json.loads(line)["id"] for line in out.stdout.splitlines()]
-    every = sorted(r["id"] for r in _logged(server, calls + 1))
+    return [json.loads(line)["id"] for line in out.stdout.splitlines()]
+
+
+def test_logs_tail_follow_prints_new_rows_in_order_without_gaps(fake: Any, hearth_server: Any,
+                                                                tmp_path: Path) -> None:
+    """The command itself: calls keep coming while it follows; it stops after --max-rows new rows."""
+    server = hearth_server(registry(fake))
+    assert chat(server, "before").status_code == 200
+    _logged(server, 1)
+    printed = follow_while_calling(server, tmp_path, max_rows=3)
+    every = sorted(r["id"] for r in _logged(server, printed[-1]))
     assert len(printed) == 4 and printed == sorted(set(printed))
     start = every.index(printed[0])
     assert printed == every[start:start + 4]  # consecutive: nothing skipped, nothing twice
@@ -105,22 +110,7 @@ def test_logs_tail_follow_never_prints_a_row_older_than_the_ones_shown_first(
     for text in ("older", "newest"):
         assert chat(server, text).status_code == 200
     before = sorted(r["id"] for r in _logged(server, 2))
-    result: dict[str, subprocess.CompletedProcess[str]] = {}
-
-    def follow() -> None:
-        result["out"] = hearth_in_process(
-            ["logs", "tail", "-f", "-n", "1", "--interval", "0.1", "--max-rows", "1", "--json", "--url",
-             server.base_url], cwd=tmp_path, env={"HEARTH_ADMIN_TOKEN": "admin-token-xyz"})
-
-    thread = threading.Thread(target=follow)
-    thread.start()
-    calls = 0
-    while thread.is_alive() and calls < 200:
-        assert chat(server, f"later {calls}").status_code == 200
-        calls += 1
-        thread.join(timeout=0.05)
-    thread.join(timeout=30)
-    printed = [json.loads(line)["id"] for line in result["out"].stdout.splitlines()]
+    printed = follow_while_calling(server, tmp_path, max_rows=1)
     assert printed[0] >= before[-1] and before[0] not in printed and printed == sorted(printed), printed
 
 

@@ -29,7 +29,7 @@ from hearth.errors import HearthError
 from hearth.observability import alerts
 from hearth.observability.logging import get_logger
 from hearth.tasks.retry import jittered_backoff_s
-from hearth.tasks.webhook_post import delivery_outcome, post_json
+from hearth.tasks.webhook_post import deliver_until_cancelled, delivery_outcome, post_json
 
 log = get_logger("hearth.alerting.sender")
 
@@ -49,15 +49,7 @@ class AlertSender:
 
     async def run(self) -> None:
         """Deliver what is due every ``poll_s`` until cancelled; a failed pass is logged, the next one retries."""
-        while True:
-            try:
-                while await self.deliver_due() == self._batch:
-                    pass
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("alert_loop_failed", error=type(exc).__name__)
-            await asyncio.sleep(self._poll_s)
+        await deliver_until_cancelled(self.deliver_due, batch=self._batch, poll_s=self._poll_s, name="alert")
 
     async def deliver_due(self) -> int:
         """Deliver what is due now; how many deliveries were attempted."""

@@ -10,16 +10,36 @@ The receiver verifies ``X-Hearth-Signature`` over the original URL (docs/signing
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
 from hearth.auth.signing import signed_headers
 from hearth.capabilities.address_guard import CheckedTarget
+from hearth.observability.logging import get_logger
 
-__all__ = ["delivery_outcome", "post_json"]
+__all__ = ["deliver_until_cancelled", "delivery_outcome", "post_json"]
+
+log = get_logger("hearth.webhooks")
+
+
+async def deliver_until_cancelled(deliver_due: Callable[[], Awaitable[int]], *, batch: int, poll_s: float,
+                                  name: str) -> None:
+    """The loop of a durable sender (review escalations, alerts): ``deliver_due`` every ``poll_s``, and again at once
+    while it filled a whole ``batch``, until cancelled; a failed pass is logged as ``<name>_loop_failed`` and the
+    next one retries."""
+    while True:
+        try:
+            while await deliver_due() == batch:
+                pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(f"{name}_loop_failed", error=type(exc).__name__)
+        await asyncio.sleep(poll_s)
 
 
 @contextlib.asynccontextmanager

@@ -40,7 +40,7 @@ from hearth.settings import Settings
 from hearth.store.db import write_transaction
 from hearth.store.tables import review_escalations, review_items
 from hearth.tasks.retry import jittered_backoff_s
-from hearth.tasks.webhook_post import delivery_outcome, post_json
+from hearth.tasks.webhook_post import deliver_until_cancelled, delivery_outcome, post_json
 
 log = get_logger("hearth.reviews.escalations")
 
@@ -109,15 +109,8 @@ class EscalationSender:
 
     async def run(self) -> None:
         """Deliver what is due every ``poll_s`` until cancelled; a failed pass is logged, the next one retries."""
-        while True:
-            try:
-                while await self.deliver_due() == self._batch:
-                    pass
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("review_escalation_loop_failed", error=type(exc).__name__)
-            await asyncio.sleep(self._poll_s)
+        await deliver_until_cancelled(self.deliver_due, batch=self._batch, poll_s=self._poll_s,
+                                      name="review_escalation")
 
     async def deliveries(self, *, review_id: str | None = None) -> Sequence[Mapping[Any, Any]]:
         stmt = select(review_escalations).order_by(_e.id)
