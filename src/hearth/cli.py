@@ -350,6 +350,7 @@ def prompts_import(
     changes in place; unchanged prompts are skipped. The whole file is validated first: if any entry is bad
     nothing is written (exit code 1). See docs/capabilities.md, "Registry import"."""
     from hearth.errors import HearthError
+    from hearth.operator_cli.output import progress_bar
     from hearth.prompts.registry_import import RegistryError, apply_plan, load_registry, plan_import
 
     def _fail(exc: RegistryError, *, written: bool) -> typer.Exit:
@@ -369,7 +370,10 @@ def prompts_import(
             plan = await plan_import(engine, registry, activate=activate)
         except HearthError as exc:
             raise RegistryError([exc.message]) from exc
-        return plan if dry_run else await apply_plan(engine, plan)
+        if dry_run:
+            return plan
+        with progress_bar("import", len(plan.items)) as advance:
+            return await apply_plan(engine, plan, on_item=lambda _item: advance())
 
     try:
         plan = _on_database(_import)

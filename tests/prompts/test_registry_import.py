@@ -347,3 +347,25 @@ def test_the_command_refuses_a_bad_file_with_exit_1_and_writes_nothing(database_
     assert unknown.exit_code == 1 and "--prompt-code nope: not in the registry file" in unknown.stderr
     missing = _cli([str(registry_dir / "absent.yaml")], database_url, monkeypatch)
     assert missing.exit_code == 1 and "the registry file does not exist" in missing.stderr
+
+
+async def test_apply_plan_reports_each_written_item_in_plan_order(engine: AsyncEngine) -> None:
+    plan = await plan_import(engine, load_registry(STARTER / "registry.yaml"), activate=True)
+    seen: list[tuple[str, int | None]] = []
+    done = await apply_plan(engine, plan, on_item=lambda item: seen.append((item.code, item.version)))
+    assert seen == [(item.code, item.version) for item in done.items]
+    assert sorted(code for code, _ in seen) == CODES
+
+
+def test_the_command_shows_a_progress_bar_on_a_terminal_only(database_url: str, registry_dir: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(registry_dir / "registry.yaml")
+    piped = _cli([path], database_url, monkeypatch)
+    assert piped.exit_code == 0, piped.output
+    assert "import" not in piped.stderr  # a pipe or a script sees no bar
+    _edit(registry_dir, "summary", display_name="Brief")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich: treat the output as a terminal
+    monkeypatch.setenv("NO_COLOR", "1")
+    shown = _cli([path], database_url, monkeypatch)
+    assert shown.exit_code == 0, shown.output
+    assert "import" in shown.stderr and f"{len(CODES)}/{len(CODES)}" in shown.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,19 @@ def console(*, stderr: bool = False) -> Console:
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False, soft_wrap=True)  # a message line is never hard-wrapped
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int, *, quiet: bool = False) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr for a long operation of ``total`` steps; yields the function that advances
+    it by one. Shown only on a terminal (and not with ``quiet``), so scripts and pipes see nothing."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    err = console(stderr=True)
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
+        bar = progress.add_task(label, total=total)
+        yield lambda: progress.advance(bar)
 
 
 def print_json(data: Any) -> None:

@@ -23,6 +23,7 @@ from hearth.operator_cli.output import (
     cell,
     console,
     print_json,
+    progress_bar,
     show,
     state_style,
     table,
@@ -180,14 +181,9 @@ def _open_dead_letters(client: AdminClient, *, task_type: str | None, severity: 
 
 def _redrive_many(client: AdminClient, ids: list[str], *, operator: str, reason: str,
                   quiet: bool) -> tuple[list[str], list[tuple[str, ApiError]]]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     done: list[str] = []
     refused: list[tuple[str, ApiError]] = []
-    columns = (TextColumn("redrive"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    err = console(stderr=True)
-    with Progress(*columns, console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
-        bar = progress.add_task("redrive", total=len(ids))
+    with progress_bar("redrive", len(ids), quiet=quiet) as advance:
         for task_id in ids:
             try:
                 done.append(_redrive(client, task_id, operator=operator, reason=reason)["task_id"])
@@ -195,5 +191,5 @@ def _redrive_many(client: AdminClient, ids: list[str], *, operator: str, reason:
                 if exc.status == 0:
                     raise  # Hearth is gone: stop, do not report every remaining id
                 refused.append((task_id, exc))
-            progress.advance(bar)
+            advance()
     return done, refused

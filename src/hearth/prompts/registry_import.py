@@ -19,7 +19,7 @@ checkout with other line endings is not a change.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
@@ -329,9 +329,11 @@ def _runtime_changes(spec: PromptCreate, row: Mapping[str, Any]) -> list[str]:
 
 
 # ---- 3. applying --------------------------------------------------------------------------------------
-async def apply_plan(engine: AsyncEngine, plan: ImportPlan) -> ImportPlan:
+async def apply_plan(engine: AsyncEngine, plan: ImportPlan,
+                     on_item: Callable[[PlanItem], None] | None = None) -> ImportPlan:
     """Write the plan; returns it with the version numbers actually written. A store error stops the
-    import (what was applied before it stays; an import run again picks up where it stopped)."""
+    import (what was applied before it stays; an import run again picks up where it stopped).
+    ``on_item`` is called after each item is written (the CLI's progress bar)."""
     reason = f"hearth prompts import {plan.source}"
     done: list[PlanItem] = []
     for item in plan.items:
@@ -341,6 +343,8 @@ async def apply_plan(engine: AsyncEngine, plan: ImportPlan) -> ImportPlan:
             applied = sum(1 for d in done if d.action != "skip")
             raise RegistryError([f"{item.code}: {exc.message} ({applied} earlier change(s) were applied; fix the "
                                  "cause and import again)"]) from exc
+        if on_item is not None:
+            on_item(done[-1])
     return replace(plan, items=tuple(done))
 
 
