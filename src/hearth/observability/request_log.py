@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -364,6 +365,40 @@ async def prompt_version_stats(engine: AsyncEngine, prompt_code: str, since: dat
                     "latency_ms_mean": round(float(mean_ms or 0.0), 3), "latency_ms_max": round(float(max_ms or 0), 3),
                     "model_calls": int(model_calls), "cost": float(cost)})
     return out
+
+
+async def prompt_version_window(engine: AsyncEngine, prompt_code: str, *, since: datetime,
+                                limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """Per version of a prompt, over its newest capability requests since ``since`` (at most ``limit`` of them):
+    calls, errors and error rate, p50/p95 latency (nearest rank) and tokens — what the console's prompt page
+    compares. One range read of ``ix_request_logs_prompt`` (code, created_at), newest first, bounded by
+    ``limit``: a prompt with more calls in the window is judged on its newest ones (the bool says so), and a
+    million-row log is never scanned. Versions are newest first."""
+    t = request_logs
+    stmt = (select(t.c.prompt_version, t.c.status, t.c.latency_ms, t.c.prompt_tokens, t.c.completion_tokens)
+            .where(t.c.prompt_code == prompt_code, t.c.created_at >= since, t.c.route == "capability")
+            .order_by(t.c.created_at.desc()).limit(limit + 1))
+    async with engine.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    truncated = len(rows) > limit
+    per: dict[int | None, list[tuple[int, float, int, int]]] = {}
+    for version, status, latency, prompt, completion in rows[:limit]:
+        per.setdefault(version, []).append((int(status), float(latency), int(prompt), int(completion)))
+    out = []
+    for version in sorted(per, key=lambda v: -1 if v is None else v, reverse=True):
+        calls = per[version]
+        latencies = sorted(c[1] for c in calls)
+        errors = sum(1 for c in calls if c[0] >= 400)
+        out.append({"version": version, "calls": len(calls), "errors": errors,
+                    "error_rate": round(errors / len(calls), 4),
+                    "latency_ms_p50": round(_nearest_rank(latencies, 0.50), 1),
+                    "latency_ms_p95": round(_nearest_rank(latencies, 0.95), 1),
+                    "prompt_tokens": sum(c[2] for c in calls), "completion_tokens": sum(c[3] for c in calls)})
+    return out, truncated
+
+
+def _nearest_rank(ordered: list[float], q: float) -> float:
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else 0.0
 
 
 async def recent_calls(engine: AsyncEngine, *, since: datetime, limit: int) -> list[tuple[datetime, int, float, float,
