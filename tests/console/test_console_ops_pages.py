@@ -127,6 +127,7 @@ async def test_a_canary_share_is_set_and_ended_with_a_reason(server, http, conso
     assert event["operator"] == "admin" and event["reason"] == "share=0.125: try the warmer tone"
     page = (await console.get("/console/prompts/greet")).text
     assert "canary 12.5 %" in page and "End canary" in page and 'data-testid="version-stats"' in page
+    assert "Changes if activated (against version 1)" in page
     r = await console.post(url, data={"csrf": token, "percent": "0", "reason": "enough data"})
     assert "canary+ended" in r.headers["location"]
     prompt = (await http.get(server.base_url + "/api/v1/prompts/greet", headers=ADMIN)).json()["data"]

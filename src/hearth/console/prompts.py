@@ -58,7 +58,7 @@ async def prompt(code: str, request: Request) -> Response:
     stats, sampled = await prompt_version_window(engine, code, since=datetime.now(UTC) - STATS_WINDOW,
                                                  limit=STATS_MAX_CALLS)
     return page(request, "prompt.html", console, info=info, versions=list(reversed(versions)), diffs=diffs,
-                active=active["version"] if active else None, stats=stats, stats_sampled=sampled,
+                active_version=active["version"] if active else None, stats=stats, stats_sampled=sampled,
                 stats_max=STATS_MAX_CALLS, max_canary=MAX_CANARY_PERCENT)
 
 
