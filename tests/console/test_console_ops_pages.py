@@ -111,15 +111,17 @@ async def test_a_canary_share_is_set_and_ended_with_a_reason(server, http, conso
             "code": "greet", "contents": {"en": text}, "variables": [{"name": "name"}]})
         assert r.status_code == 201, r.text
     token = await page_token(console, "/console/prompts/greet")
-    url = "/console/prompts/greet/versions/2/canary"
-    r = await console.post(url, data={"csrf": token, "percent": "12.5", "reason": "try the warmer tone"})
+    url = "/console/prompts/greet/canary"
+    r = await console.post(url, data={"csrf": token, "version": "2", "percent": "12.5",
+                                      "reason": "try the warmer tone"})
     assert "notice=Version+2+serves+12.5" in r.headers["location"]
-    for refused, why in (({"percent": "80", "reason": "r"}, "between+0+and+50"),
-                         ({"percent": "10", "reason": ""}, "A+reason+is+required")):
+    for refused, why in (({"version": "2", "percent": "80", "reason": "r"}, "between+0+and+50"),
+                         ({"version": "2", "percent": "nan", "reason": "r"}, "between+0+and+50"),
+                         ({"version": "two", "percent": "10", "reason": "r"}, "Choose+a+version"),
+                         ({"version": "2", "percent": "10", "reason": ""}, "A+reason+is+required")):
         r = await console.post(url, data={"csrf": token, **refused})
         assert why in r.headers["location"], r.headers["location"]
-    r = await console.post("/console/prompts/greet/versions/1/canary", data={"csrf": token, "percent": "5",
-                                                                             "reason": "r"})
+    r = await console.post(url, data={"csrf": token, "version": "1", "percent": "5", "reason": "r"})
     assert "error=Only+an+inactive+version+can+be+a+canary" in r.headers["location"]
     prompt = (await http.get(server.base_url + "/api/v1/prompts/greet", headers=ADMIN)).json()["data"]
     assert next(v for v in prompt["versions"] if v["version"] == 2)["canary_share"] == 0.125
@@ -127,8 +129,9 @@ async def test_a_canary_share_is_set_and_ended_with_a_reason(server, http, conso
     assert event["operator"] == "admin" and event["reason"] == "share=0.125: try the warmer tone"
     page = (await console.get("/console/prompts/greet")).text
     assert "canary 12.5 %" in page and "End canary" in page and 'data-testid="version-stats"' in page
+    assert "Version 2 serves 12.5 % of requests." in page
     assert "Changes if activated (against version 1)" in page
-    r = await console.post(url, data={"csrf": token, "percent": "0", "reason": "enough data"})
+    r = await console.post(url, data={"csrf": token, "version": "2", "percent": "0", "reason": "enough data"})
     assert "canary+ended" in r.headers["location"]
     prompt = (await http.get(server.base_url + "/api/v1/prompts/greet", headers=ADMIN)).json()["data"]
     assert next(v for v in prompt["versions"] if v["version"] == 2)["canary_share"] == 0.0

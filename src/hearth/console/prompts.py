@@ -98,9 +98,9 @@ async def activate(code: str, version: int, request: Request) -> Response:
     return redirect(back, notice=f"Version {version} is active.")
 
 
-@router.post("/prompts/{code}/versions/{version}/canary", include_in_schema=False)
-async def canary(code: str, version: int, request: Request) -> Response:
-    """Set (``percent`` > 0) or end (0) the share of requests an inactive version serves, with a reason."""
+@router.post("/prompts/{code}/canary", include_in_schema=False)
+async def canary(code: str, request: Request) -> Response:
+    """Set (``percent`` > 0) or end (0) the share of requests an inactive ``version`` serves, with a reason."""
     console = await require(request, "admin")
     form = await checked_form(request, console)
     back = f"/console/prompts/{code}"
@@ -108,9 +108,10 @@ async def canary(code: str, version: int, request: Request) -> Response:
     if not reason:
         return redirect(back, error="A reason is required to change a canary share.")
     try:
+        version = int(form.get("version", ""))
         percent = float(form.get("percent", ""))
     except ValueError:
-        return redirect(back, error="The canary share is a percentage.")
+        return redirect(back, error="Choose a version and a share in percent.")
     if not 0 <= percent <= MAX_CANARY_PERCENT:
         return redirect(back, error=f"The canary share is between 0 and {MAX_CANARY_PERCENT:g} %.")
     rt = runtime(request)
