@@ -2,8 +2,8 @@
 endpoint.
 
 ``GET /api/v1/admin/queues`` is :func:`hearth.observability.queue_report.queue_report`;
-``POST /api/v1/admin/endpoints/{name}/test`` is :func:`hearth.gateway.endpoint_test.run_endpoint_test` — the
-same functions the console's queues and endpoints pages call. A test that reached a failing upstream is still a
+``POST /api/v1/admin/endpoints/{name}/test`` is :func:`hearth.gateway.endpoint_test_call.run_endpoint_test` —
+the same functions the console's queues and endpoints pages call. A test that reached a failing upstream is still a
 200 (the test ran; ``data.ok`` is false and ``data.status`` the upstream's answer); a second test of the same
 endpoint within a minute is a 429 ``endpoint_test_too_soon`` with ``Retry-After``.
 """
@@ -19,7 +19,7 @@ from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK, ErrorEnvelope
 from hearth.api.deps import request_id, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
-from hearth.gateway.endpoint_test import run_endpoint_test
+from hearth.gateway.endpoint_test_call import run_endpoint_test
 from hearth.observability.queue_report import queue_report
 from hearth.registry.names import check_name
 

@@ -1,6 +1,6 @@
 """The endpoints page: each endpoint's health, cooldown, in-flight against its limit, RPM/TPM use and
 masked key, with enable and disable (admin: it changes the registry), and a test call (operator: one tiny chat
-request at most once a minute per endpoint, :mod:`hearth.gateway.endpoint_test`) whose last outcome is shown.
+request at most once a minute per endpoint, :mod:`hearth.gateway.endpoint_test_call`) whose last outcome is shown.
 
 The list comes from the registry snapshot (in memory) and the state backend's live counters, a page of
 :data:`PAGE` endpoints at a time keyed by name. Only ``api_key_hint`` (masked) is ever shown.
@@ -18,8 +18,8 @@ from hearth.console.auth import ConsoleRefused, checked_form, require
 from hearth.console.render import page, redirect
 from hearth.errors import HearthError
 from hearth.gateway.endpoint_admission import scopes_for
-from hearth.gateway.endpoint_test import MAX_TOKENS as TEST_MAX_TOKENS
-from hearth.gateway.endpoint_test import last_test, run_endpoint_test
+from hearth.gateway.endpoint_test_call import MAX_TOKENS as TEST_MAX_TOKENS
+from hearth.gateway.endpoint_test_call import last_test, run_endpoint_test
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Endpoint
 from hearth.registry.store import set_endpoint_enabled

@@ -204,9 +204,9 @@ class Gateway:
         await call.finish(200, None, reply.usage or Usage(estimate, 0), reply.usage is None)
 
     # ---- an operator's test call ------------------------------------------------------------------------
-    async def probe(self, ctx: CallContext, model: Model, body: dict[str, Any]) -> UpstreamReply:
+    async def operator_test_call(self, ctx: CallContext, model: Model, body: dict[str, Any]) -> UpstreamReply:
         """One chat request to the single endpoint of ``model``: an operator's test call
-        (:mod:`hearth.gateway.endpoint_test` builds the pool and the body and keeps the once-a-minute limit).
+        (:mod:`hearth.gateway.endpoint_test_call` builds the pool and the body and keeps the once-a-minute limit).
 
         It goes through the same call object and attempt code as every call, so the endpoint's own rules
         hold — its concurrency, RPM/TPM and cooldown are charged and checked, and the outcome is judged like

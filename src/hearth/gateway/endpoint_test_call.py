@@ -1,10 +1,10 @@
 """An operator's test call to one endpoint (seed 001 §13.3): "does this key, URL and model answer now?".
 
 One tiny chat request (a few tokens) goes to the named endpoint through the gateway core on its low-priority
-path (:meth:`hearth.gateway.service.Gateway.probe`): no caller, so no caller limit and no budget is charged;
-one attempt; no waiting for a free slot. The endpoint's own concurrency, RPM/TPM and cooldown hold, and its
-outcome is judged like any call's — so a test result moves the endpoint's health only as far as the breaker and
-cooldown rules would for any call. A disabled endpoint can be tested (to check a new key before enabling it).
+path (:meth:`hearth.gateway.service.Gateway.operator_test_call`): no caller, so no caller limit and no budget is
+charged; one attempt; no waiting for a free slot. The endpoint's own concurrency, RPM/TPM and cooldown hold, and
+its outcome is judged like any call's — so a test result moves the endpoint's health only as far as the breaker
+and cooldown rules would for any call. A disabled endpoint can be tested (to check a new key before enabling it).
 
 Each endpoint may be tested **once a minute**: the claim is a one-time key in the state backend
 (:meth:`~hearth.state.base.StateBackend.claim_once`), so the limit holds across every process; a refused test
@@ -81,7 +81,7 @@ async def run_endpoint_test(gateway: Gateway, name: str, *, operator: str, reque
     body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": MAX_TOKENS}
     failure: HearthError | UpstreamHTTPError | None = None
     try:
-        await gateway.probe(ctx, _pool_of(gateway, ep), body)
+        await gateway.operator_test_call(ctx, _pool_of(gateway, ep), body)
     except (HearthError, UpstreamHTTPError) as exc:  # an upstream 4xx is not retried: it comes back as is
         failure = exc
     result = _result(name, ctx, failure, operator=operator, tested_at=now)
