@@ -371,9 +371,10 @@ async def prompt_version_window(engine: AsyncEngine, prompt_code: str, *, since:
                                 limit: int) -> tuple[list[dict[str, Any]], bool]:
     """Per version of a prompt, over its newest capability requests since ``since`` (at most ``limit`` of them):
     calls, errors and error rate, p50/p95 latency (nearest rank) and tokens — what the console's prompt page
-    compares. One range read of ``ix_request_logs_prompt`` (code, created_at), newest first, bounded by
-    ``limit``: a prompt with more calls in the window is judged on its newest ones (the bool says so), and a
-    million-row log is never scanned. Versions are newest first."""
+    compares. One index range read, newest first (``ix_request_logs_prompt`` on (code, created_at), or
+    ``ix_request_logs_created_at`` when the planner prefers it for a short window), bounded by ``limit``: a
+    prompt with more calls in the window is judged on its newest ones (the bool says so), and a million-row log
+    is never scanned. Versions are newest first."""
     t = request_logs
     stmt = (select(t.c.prompt_version, t.c.status, t.c.latency_ms, t.c.prompt_tokens, t.c.completion_tokens)
             .where(t.c.prompt_code == prompt_code, t.c.created_at >= since, t.c.route == "capability")
