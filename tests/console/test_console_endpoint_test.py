@@ -22,10 +22,15 @@ VIEWER = {"name": "vera", "role": "viewer", "password_hash": hash_password("view
 
 
 def _budgeted(fake: Any) -> dict[str, Any]:
-    """``registry`` with a tight money budget on the caller (a test call must not touch it) and a price."""
-    return {**registry(fake), "prices": [{"model": "up", "input_per_1m": 1000.0, "output_per_1m": 1000.0}],
+    """``registry`` with a tight money budget on the caller (a test call must not touch it), a price, and an
+    embeddings-only endpoint (a test call is a chat request: it cannot test that one)."""
+    base = registry(fake)
+    return {**base, "prices": [{"model": "up", "input_per_1m": 1000.0, "output_per_1m": 1000.0}],
             "budgets": [{"name": "tight", "caller": "tester", "scope": "caller", "period": "day", "unit": "money",
-                         "limit": 1.0}]}
+                         "limit": 1.0}],
+            "endpoints": [*base["endpoints"], {"name": "ep-emb", "provider": "openai-like", "base_url": fake.base_url,
+                                               "upstream_model": "emb", "capabilities": ["embeddings"]}],
+            "models": [*base["models"], {"name": "e", "kind": "embedding", "endpoints": ["ep-emb"]}]}
 
 
 @pytest.fixture
@@ -80,6 +85,8 @@ async def test_a_second_test_within_a_minute_is_refused_with_when_the_next_is_al
     assert fake.stats.requests == 2
     unknown = await http.post(server.base_url + "/api/v1/admin/endpoints/nope/test", headers=ADMIN)
     assert unknown.status_code == 404
+    embeddings = await http.post(server.base_url + "/api/v1/admin/endpoints/ep-emb/test", headers=ADMIN)
+    assert embeddings.status_code == 400 and "does not serve chat" in embeddings.json()["error"]["message"]
     assert (await http.post(server.base_url + TEST)).status_code == 401  # admin token required
 
 
@@ -91,6 +98,7 @@ async def test_the_console_form_tests_an_endpoint_and_shows_the_outcome(fake, se
         assert r.status_code == 303 and "notice=ep-a+answered+200" in r.headers["location"]
         shown = (await client.get("/console/endpoints")).text
         assert "by admin" in shown and 'class="last-test"' in shown
+        assert 'action="/console/endpoints/ep-emb/test"' not in shown  # not a chat endpoint: no test button
         r = await client.post("/console/endpoints/ep-a/test", data={"csrf": token})
         assert "next+test+allowed+in+60+s" in r.headers["location"]
         assert fake.stats.requests == 1

@@ -46,7 +46,8 @@ async def endpoint_row(request: Request, ep: Endpoint) -> dict[str, Any]:
             "quota_group": ep.quota_group.name if ep.quota_group else None, "enabled": ep.enabled,
             "disabled_reason": ep.disabled_reason, "disabled_by": ep.disabled_by, "key": ep.api_key_hint or "—",
             "health": health, "scopes": scopes, "cooldown_s": round(cooldown, 1), "state": state,
-            "priority": ep.priority, "last_test": await last_test(rt.state, ep.name)}
+            "priority": ep.priority, "last_test": await last_test(rt.state, ep.name),
+            "testable": "chat" in ep.capabilities}  # a test call is a chat request
 
 
 @router.get("/endpoints", include_in_schema=False)
