@@ -2,7 +2,7 @@
 same service — one tiny chat request through the gateway core, no caller budget, logged as an operator test —
 an upstream error is reported (and judged like any call's), and a second test within a minute is refused with
 when the next one is allowed (an injected clock moves the minute on; on Redis the limit holds across two
-servers)."""
+servers; with the state backend down a test is refused, never sent unlimited)."""
 
 from __future__ import annotations
 
@@ -117,3 +117,12 @@ async def test_on_redis_the_limit_holds_across_two_servers(fake, hearth_server, 
     r = await http.post(b.base_url + TEST, headers=ADMIN)
     assert r.status_code == 429 and 55 <= int(r.headers["retry-after"]) <= 60
     assert fake.stats.requests == 1
+
+
+async def test_with_the_state_backend_down_a_test_is_refused_and_nothing_is_sent(fake, hearth_server, http,
+                                                                                 redis_prefix):
+    server = hearth_server(registry(fake), state_backend="redis", redis_url="redis://127.0.0.1:1/0",
+                           redis_prefix=redis_prefix)
+    r = await http.post(server.base_url + TEST, headers=ADMIN)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "state_backend_unavailable"
+    assert r.headers["retry-after"] and fake.stats.requests == 0  # fails closed: the once-a-minute limit holds
