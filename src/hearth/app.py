@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 from hearth import __version__
 from hearth.api import (
     admin,
+    admin_operations,
     ai,
     alerts,
     budgets,
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(openai.router)
     app.include_router(callers_admin.router)  # before admin.router: its /{kind} routes would claim /callers
     app.include_router(alerts.router)  # before admin.router: its /{kind} routes would claim /alerts
+    app.include_router(admin_operations.router)  # before admin.router: its /{kind} routes would claim /queues
     app.include_router(admin.router)
     app.include_router(request_logs.router)
     app.include_router(budgets.router)

@@ -165,6 +165,9 @@ CATALOG: dict[str, ErrorSpec] = {
                                         "`/metrics` wants `Authorization: Bearer <metrics_token>`."),
     "service_shutting_down": ErrorSpec(503, True, "api_error", "This Hearth process is shutting down; retry (another "
                                        "replica answers)."),
+    # the console and admin API (issue 13)
+    "endpoint_test_too_soon": ErrorSpec(429, True, "rate_limit_error",
+                                        "This endpoint was tested less than a minute ago; test it again later."),
 }
 
 

@@ -1,5 +1,6 @@
 """The endpoints page: each endpoint's health, cooldown, in-flight against its limit, RPM/TPM use and
-masked key, with enable and disable (admin: it changes the registry).
+masked key, with enable and disable (admin: it changes the registry), and a test call (operator: one tiny chat
+request at most once a minute per endpoint, :mod:`hearth.gateway.endpoint_test_call`) whose last outcome is shown.
 
 The list comes from the registry snapshot (in memory) and the state backend's live counters, a page of
 :data:`PAGE` endpoints at a time keyed by name. Only ``api_key_hint`` (masked) is ever shown.
@@ -12,11 +13,13 @@ from typing import Any, Final
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from hearth.api.deps import runtime
+from hearth.api.deps import request_id, runtime
 from hearth.console.auth import ConsoleRefused, checked_form, require
 from hearth.console.render import page, redirect
 from hearth.errors import HearthError
 from hearth.gateway.endpoint_admission import scopes_for
+from hearth.gateway.endpoint_test_call import MAX_TOKENS as TEST_MAX_TOKENS
+from hearth.gateway.endpoint_test_call import last_test, run_endpoint_test
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Endpoint
 from hearth.registry.store import set_endpoint_enabled
@@ -43,7 +46,8 @@ async def endpoint_row(request: Request, ep: Endpoint) -> dict[str, Any]:
             "quota_group": ep.quota_group.name if ep.quota_group else None, "enabled": ep.enabled,
             "disabled_reason": ep.disabled_reason, "disabled_by": ep.disabled_by, "key": ep.api_key_hint or "—",
             "health": health, "scopes": scopes, "cooldown_s": round(cooldown, 1), "state": state,
-            "priority": ep.priority}
+            "priority": ep.priority, "last_test": await last_test(rt.state, ep.name),
+            "testable": "chat" in ep.capabilities}  # a test call is a chat request
 
 
 @router.get("/endpoints", include_in_schema=False)
@@ -57,7 +61,25 @@ async def endpoints(request: Request) -> Response:
         rows = [await endpoint_row(request, registry.endpoints[n]) for n in shown]
     except StateUnavailable as exc:
         raise ConsoleRefused(503, "The state backend is unavailable: live counters cannot be read.") from exc
-    return page(request, "endpoints.html", console, rows=rows, next_after=shown[-1] if more else None)
+    return page(request, "endpoints.html", console, rows=rows, next_after=shown[-1] if more else None,
+                test_max_tokens=TEST_MAX_TOKENS)
+
+
+@router.post("/endpoints/{name}/test", include_in_schema=False)
+async def test_call(name: str, request: Request) -> Response:
+    """One test call; the page shows its outcome (and keeps showing it as the endpoint's last test)."""
+    console = await require(request, "operator")
+    await checked_form(request, console)
+    try:
+        result = await run_endpoint_test(runtime(request).gateway, name, operator=console.user,
+                                         request_id=request_id(request))
+    except HearthError as exc:
+        return redirect("/console/endpoints", error=f"{name}: {exc.message}")
+    latency = f" in {result.latency_ms:.0f} ms" if result.latency_ms is not None else ""
+    if result.ok:
+        return redirect("/console/endpoints", notice=f"{name} answered {result.status}{latency}.")
+    return redirect("/console/endpoints", error=f"{name} test failed: {result.status} {result.error_code}{latency}"
+                                                + (f" — {result.message}" if result.message else ""))
 
 
 @router.post("/endpoints/{name}/{action}", include_in_schema=False)
@@ -82,3 +104,4 @@ async def toggle(name: str, action: str, request: Request) -> Response:
         return redirect("/console/endpoints", error=f"{name}: {exc}")
     log.info("console_endpoint_toggled", user=console.user, endpoint=name, enabled=enabled)
     return redirect("/console/endpoints", notice=f"{name} {action}d.")
+

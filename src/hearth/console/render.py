@@ -65,7 +65,8 @@ ENV.globals.update(query=_query)
 
 NAV: Final = (("overview", "Overview"), ("endpoints", "Endpoints"), ("request-logs", "Calls"), ("tasks", "Tasks"),
               ("dead-letters", "Dead letters"), ("reviews", "Reviews"), ("prompts", "Prompts"),
-              ("schedules", "Schedules"), ("budgets", "Budgets"), ("playground", "Playground"))
+              ("schedules", "Schedules"), ("budgets", "Budgets"), ("playground", "Playground"),
+              ("workflows", "Workflows"), ("runs", "Runs"), ("queues", "Queues"), ("quota-groups", "Quota groups"))
 
 
 def page(request: Request, template: str, console: Console | None, *, status: int = 200,

@@ -15,10 +15,13 @@ from hearth.console import (
     overview,
     playground,
     prompts,
+    queues,
+    quota_groups,
     request_logs,
     reviews,
     schedules,
     tasks,
+    workflows,
 )
 from hearth.console.auth import ConsoleRedirect, ConsoleRefused, current
 from hearth.console.render import STATIC_DIR, page, redirect
@@ -26,6 +29,8 @@ from hearth.console.render import STATIC_DIR, page, redirect
 router = APIRouter(prefix="/console", include_in_schema=False)
 for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, schedules, budgets,
                 playground):
+    router.include_router(_module.router)
+for _module in (quota_groups, workflows, queues):
     router.include_router(_module.router)
 
 

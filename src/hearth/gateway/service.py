@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from hearth.errors import HearthError
-from hearth.gateway.attempts import AttemptPolicy, run_with_fallback
+from hearth.gateway.attempts import AttemptPolicy, run_attempts, run_with_fallback
 from hearth.gateway.budget import micro_cost, reservation_charges
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.call import Call, CallDeps
@@ -202,3 +202,26 @@ class Gateway:
         assert call.current is not None
         self.health.succeeded(call.current.endpoint.name, (time.perf_counter() - call.ctx.started) * 1000)
         await call.finish(200, None, reply.usage or Usage(estimate, 0), reply.usage is None)
+
+    # ---- an operator's test call ------------------------------------------------------------------------
+    async def operator_test_call(self, ctx: CallContext, model: Model, body: dict[str, Any]) -> UpstreamReply:
+        """One chat request to the single endpoint of ``model``: an operator's test call
+        (:mod:`hearth.gateway.endpoint_test_call` builds the pool and the body and keeps the once-a-minute limit).
+
+        It goes through the same call object and attempt code as every call, so the endpoint's own rules
+        hold — its concurrency, RPM/TPM and cooldown are charged and checked, and the outcome is judged like
+        any call's (a 5xx counts toward its breaker, a 429 cools it down, a 401 disables it) — but at low
+        priority: no caller (no caller limit, no budget reserved), one attempt, and no wait for a free slot
+        (a full endpoint refuses the test at once instead of queueing it beside callers' requests)."""
+        call = self._call(ctx)
+        async with call:
+            estimate = estimate_messages(body.get("messages"))
+            reserve = int(body.get("max_tokens") or DEFAULT_COMPLETION_RESERVATION)
+            policy = AttemptPolicy(1, 0.0, estimate + reserve, self.rng, self.on_auth_failure)
+
+            async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
+                return await self.providers[ep.kind].chat(ep, body, timeout_s, headers=None)
+
+            reply = await run_attempts(call, policy, model, op)
+            await self._succeed(call, reply, estimate)
+        return reply

@@ -546,6 +546,9 @@ workflow_runs = Table(
     Column("epoch", Integer, nullable=False, server_default="0"),  # bumped by each operator action: a pass's fence
 )
 Index("ix_workflow_runs_state", workflow_runs.c.state, workflow_runs.c.updated_at)
+# 0028: the console's runs list, newest first, keyset-paged on (created_at, id) — with or without a state filter
+Index("ix_workflow_runs_created", workflow_runs.c.created_at, workflow_runs.c.id)
+Index("ix_workflow_runs_state_created", workflow_runs.c.state, workflow_runs.c.created_at, workflow_runs.c.id)
 
 workflow_steps = Table(
     "workflow_steps", metadata,

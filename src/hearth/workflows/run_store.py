@@ -324,3 +324,22 @@ async def actions_of(engine: AsyncEngine, run_id: str) -> list[dict[str, Any]]:
         rows = (await conn.execute(select(workflow_run_actions).where(_actions.run_id == run_id)
                                    .order_by(_actions.id))).mappings().all()
     return [{k: v for k, v in r.items() if k != "run_id"} for r in rows]
+
+
+async def runs_page(engine: AsyncEngine, *, state: str | None, before: tuple[float, str] | None,
+                    limit: int) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
+    """Runs newest first (``created_at``, then ``id``, descending), ``state`` only if given, strictly after the
+    cursor ``before`` (the last row of the previous page); the page and the next cursor (None on the last page).
+    A range read of ``ix_workflow_runs_created`` or ``ix_workflow_runs_state_created`` (0028): no count, no sort."""
+    stmt = select(_runs.id, _runs.workflow, _runs.version, _runs.caller, _runs.state, _runs.error, _runs.parent,
+                  _runs.created_at, _runs.updated_at, _runs.finished_at)
+    if state is not None:
+        stmt = stmt.where(_runs.state == state)
+    if before is not None:
+        stmt = stmt.where(tuple_(_runs.created_at, _runs.id) < tuple_(*before))
+    stmt = stmt.order_by(_runs.created_at.desc(), _runs.id.desc()).limit(limit + 1)
+    async with engine.connect() as conn:
+        rows = [dict(r) for r in (await conn.execute(stmt)).mappings()]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, ((rows[-1]["created_at"], rows[-1]["id"]) if more else None)
