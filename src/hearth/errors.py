@@ -165,6 +165,10 @@ CATALOG: dict[str, ErrorSpec] = {
                                         "`/metrics` wants `Authorization: Bearer <metrics_token>`."),
     "service_shutting_down": ErrorSpec(503, True, "api_error", "This Hearth process is shutting down; retry (another "
                                        "replica answers)."),
+    # image generation (issue 14, docs/images.md)
+    "image_url_invalid": ErrorSpec(403, False, "permission_error", "The image URL's signature is invalid or it has "
+                                   "expired; generate the image again or ask for `b64_json`."),
+    "image_not_found": ErrorSpec(404, False, "invalid_request_error", "The image is no longer stored."),
 }
 
 
