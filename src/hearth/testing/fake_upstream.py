@@ -128,6 +128,7 @@ class FakeBehavior:
     error_after_chunks: int | None = None  # an OpenAI error event after the N-th content event, then the end
     response_headers: dict[str, str] = field(default_factory=dict)  # added to every answer (errors too)
     content: str | None = None  # a non-stream chat answer's exact message content (JSON for extraction tests, say)
+    image_count: int | None = None  # an images answer carries this many images, whatever `n` asked
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -771,7 +772,7 @@ class FakeUpstream:
             width, height = int(w), int(h)
         words = prompt.split()[:3]
         data: list[dict[str, Any]] = []
-        for i in range(n):
+        for i in range(n if behavior.image_count is None else behavior.image_count):
             if body.get("response_format") == "url":
                 data.append({"url": f"{self.root_url}/_fake/images/{seq}-{i}.png", "revised_prompt": None})
                 continue
