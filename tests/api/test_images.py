@@ -159,3 +159,27 @@ async def test_a_chat_model_is_not_an_image_model_and_images_need_a_key(fake, he
     r = await http.post(server.base_url + "/v1/images/generations", json={"model": "img", "prompt": "x"})
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
     assert fake.stats.requests == 0
+
+
+async def test_an_endpoint_that_times_out_may_be_drawing_so_no_other_endpoint_is_asked_and_it_is_charged(
+        database_url, fake, fake2, hearth_server, http, tmp_path):
+    registry = _registry(fake)
+    registry["endpoints"][1]["timeout_s"] = 0.3
+    registry["endpoints"].append({"name": "j", "provider": "openai-like", "base_url": fake2.base_url,
+                                  "upstream_model": "up-image", "capabilities": ["images"], "priority": 1})
+    registry["models"][1]["endpoints"] = ["i", "j"]
+    registry["budgets"] = [{"name": "daily", "caller": "tester", "scope": "caller", "period": "day",
+                            "unit": "money", "limit": 1}]
+    server = _server(hearth_server, registry, tmp_path, database_url=database_url)
+    fake.set_defaults(hang=True)
+    r = await http.post(server.base_url + "/v1/images/generations", headers=AUTH,
+                        json={"model": "img", "prompt": "x", "n": 2, "size": "64x64"})
+    assert r.status_code == 504 and r.json()["error"]["code"] == "upstream_outcome_unknown"
+    assert r.headers["x-should-retry"] == "false"  # an SDK must not send it again either
+    assert (fake.stats.requests, fake2.stats.requests) == (1, 0)
+    row = await request_log_row(http, server, r.headers["x-request-id"])
+    assert (row["status"], row["error_code"], row["cost"]) == (504, "upstream_outcome_unknown", pytest.approx(0.02))
+    fake.set_defaults(hang=False, status=503)  # an answer that says it failed: nothing drawn, the next one serves
+    ok = await http.post(server.base_url + "/v1/images/generations", headers=AUTH,
+                         json={"model": "img", "prompt": "x", "size": "64x64", "response_format": "b64_json"})
+    assert ok.status_code == 200 and fake2.stats.requests == 1

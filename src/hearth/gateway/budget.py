@@ -101,7 +101,7 @@ def micro_cost(price: Price | None, prompt_tokens: int, completion_tokens: int, 
     if price is None:
         return 0
     return math.ceil(prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m
-                     + images * price.per_image * MICRO)
+                     + images * round(price.per_image * MICRO))
 
 
 def reservation_charges(budgets: Sequence[Applicable], tokens: int, money: int,

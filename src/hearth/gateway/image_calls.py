@@ -11,7 +11,11 @@ attempts with failover, settlement, the request log — with three differences, 
 * **the reservation**: ``n`` images at the highest ``per_image`` price of any endpoint the call may use,
   plus the prompt's upper bound in tokens at the input rate (no completion tokens);
 * **the settlement**: the images the upstream actually returned (:attr:`Usage.images`), so a provider
-  that draws fewer than asked is charged for what it drew.
+  that draws fewer than asked is charged for what it drew;
+* **no failover once the request was sent**: an endpoint that took the request and then timed out (or cut
+  the connection) may still draw and bill the images, so the call ends there with 502/504
+  ``upstream_outcome_unknown`` (``x-should-retry: false``) instead of asking a second endpoint. Refusals
+  (429, 5xx answers) and connections never made fail over as usual.
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Final
 
-from hearth.errors import HearthError
+from hearth.errors import HearthError, UpstreamOutcomeUnknown
 from hearth.registry.snapshot import Endpoint, Model
 from hearth.wire.tokens import estimate_text
 
-__all__ = ["MAX_IMAGES", "image_count", "models_for_size", "prompt_bound", "prompt_estimate"]
+__all__ = ["MAX_IMAGES", "image_count", "models_for_size", "outcome_unknown", "prompt_bound", "prompt_estimate"]
 
 MAX_IMAGES: Final = 10  # OpenAI's own limit on `n`
 ANY_SIZE: Final = "auto"  # the upstream picks (gpt-image-1): every endpoint can serve it
@@ -69,3 +73,11 @@ def models_for_size(models: list[Model], size: Any) -> list[Model]:
     raise HearthError("unsupported_feature", f"No endpoint of `{models[0].name}` draws images of size {size}"
                       + (f" (sizes offered: {', '.join(offered)})." if offered else "."), param="size",
                       details={"capabilities": ["images"], "size": size, "sizes_offered": offered})
+
+
+def outcome_unknown(exc: UpstreamOutcomeUnknown) -> HearthError:
+    """The caller's error for an image call whose upstream may have drawn the images (504 after a timeout)."""
+    what = "did not answer in time" if exc.timeout else "cut the connection before answering"
+    return HearthError("upstream_outcome_unknown", f"The image endpoint {what}; it may still draw (and bill) the "
+                       "images, so Hearth did not ask another endpoint. Check before generating again.",
+                       status=504 if exc.timeout else None)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from hearth.errors import HearthError
+from hearth.errors import HearthError, UpstreamOutcomeUnknown
 from hearth.gateway.attempts import AttemptPolicy, run_with_fallback
 from hearth.gateway.budget import micro_cost, reservation_charges
 from hearth.gateway.budget_ledger import BudgetLedger
@@ -30,7 +30,7 @@ from hearth.gateway.context import CallContext
 from hearth.gateway.endpoint_admission import first_choice
 from hearth.gateway.endpoint_capabilities import capable_models, required_capabilities
 from hearth.gateway.health import HealthBook
-from hearth.gateway.image_calls import image_count, models_for_size, prompt_bound, prompt_estimate
+from hearth.gateway.image_calls import image_count, models_for_size, outcome_unknown, prompt_bound, prompt_estimate
 from hearth.gateway.relay import RelayStream
 from hearth.gateway.scenes import Route, plan_route, resolve_scene
 from hearth.gateway.state_recovery import StateRecovery
@@ -120,11 +120,20 @@ class Gateway:
             estimate = prompt_estimate(body)
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
-                return await image_provider(self.providers[ep.kind], ep).images(ep, body, timeout_s,
-                                                                                headers=ctx.headers)
+                try:
+                    return await image_provider(self.providers[ep.kind], ep).images(ep, body, timeout_s,
+                                                                                    headers=ctx.headers)
+                except UpstreamOutcomeUnknown as exc:  # it may be drawing (and billing): no second endpoint
+                    self.health.failed(ep.name, self.health.clock.now())
+                    raise outcome_unknown(exc) from exc
 
-            reply = await self._run(call, route, models, estimate, bound=prompt_bound(body), op=op, completion=0,
-                                    images=image_count(body))
+            try:
+                reply = await self._run(call, route, models, estimate, bound=prompt_bound(body), op=op, completion=0,
+                                        images=image_count(body))
+            except HearthError as exc:
+                if exc.code == "upstream_outcome_unknown":  # charged as drawn: it may have been (and billed)
+                    await call.finish(exc.status, exc.code, Usage(estimate, 0, images=image_count(body)), True)
+                raise
             await self._succeed(call, reply, estimate)
         return reply
 

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from hearth.errors import UpstreamNetworkError
+from hearth.errors import UpstreamNetworkError, UpstreamOutcomeUnknown
 from hearth.observability.logging import scrub
 from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
 from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, exchange_headers, stream_timeouts
@@ -22,6 +22,7 @@ from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
 
 _DONE = b"[DONE]"
+_NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)  # the connection was never made
 _ALWAYS_B64_MODELS = ("gpt-image-",)  # OpenAI image models that always answer base64 and refuse `response_format`
 
 
@@ -180,7 +181,12 @@ class OpenAICompatProvider:
         and the prompt's ``input_tokens`` (an image's own output tokens are priced per image)."""
         if ep.upstream_model.startswith(_ALWAYS_B64_MODELS):  # they refuse `response_format`: always base64
             body = {k: v for k, v in body.items() if k != "response_format"}
-        reply = await self._json_call("/images/generations", ep, body, timeout_s, exchange=headers)
+        try:
+            reply = await self._json_call("/images/generations", ep, body, timeout_s, exchange=headers)
+        except UpstreamNetworkError as exc:
+            if isinstance(exc.__cause__, _NEVER_SENT):
+                raise  # nothing reached the upstream: another endpoint may draw it
+            raise UpstreamOutcomeUnknown(str(exc), timeout=exc.timeout) from exc
         obj = orjson.loads(reply.body)
         data = obj.get("data")
         usage = obj.get("usage")
