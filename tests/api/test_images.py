@@ -9,6 +9,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -183,3 +184,25 @@ async def test_an_endpoint_that_times_out_may_be_drawing_so_no_other_endpoint_is
     ok = await http.post(server.base_url + "/v1/images/generations", headers=AUTH,
                          json={"model": "img", "prompt": "x", "size": "64x64", "response_format": "b64_json"})
     assert ok.status_code == 200 and fake2.stats.requests == 1
+
+
+async def test_a_client_that_leaves_mid_call_closes_the_upstream_and_is_charged_as_drawn(
+        fake, fake2, hearth_server, http, tmp_path):
+    registry = _registry(fake)
+    registry["endpoints"].append({"name": "j", "provider": "openai-like", "base_url": fake2.base_url,
+                                  "upstream_model": "up-image", "capabilities": ["images"], "priority": 1})
+    registry["models"][1]["endpoints"] = ["i", "j"]
+    server = _server(hearth_server, registry, tmp_path)
+    fake.set_defaults(latency_ms=5000)
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up after 0.3 s and closes its connection
+        await http.post(server.base_url + "/v1/images/generations", timeout=0.3,
+                        headers={**AUTH, "X-Request-Id": "left-early-1"},
+                        json={"model": "img", "prompt": "x", "n": 2, "size": "64x64"})
+    row = await request_log_row(http, server, "left-early-1")
+    assert (row["status"], row["error_code"]) == (499, "client_disconnected")
+    assert row["cost"] == pytest.approx(2 * PER_IMAGE)  # the upstream had the request: it may draw and bill
+    for _ in range(40):
+        if fake.stats.disconnects == 1:
+            break
+        await asyncio.sleep(0.025)
+    assert fake.stats.disconnects == 1 and fake2.stats.requests == 0  # upstream closed, no failover

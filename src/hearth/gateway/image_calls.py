@@ -15,11 +15,14 @@ attempts with failover, settlement, the request log — with three differences, 
 * **no failover once the request was sent**: an endpoint that took the request and then timed out (or cut
   the connection) may still draw and bill the images, so the call ends there with 502/504
   ``upstream_outcome_unknown`` (``x-should-retry: false``) instead of asking a second endpoint. Refusals
-  (429, 5xx answers) and connections never made fail over as usual.
+  (429, 5xx answers) and connections never made fail over as usual. Such a call — and one whose client
+  left while its request was at the upstream — is settled as if all ``n`` images were drawn (flagged
+  estimated): a budget may be charged for images nobody got, never overspent by images it did not count.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any, Final
 
@@ -27,7 +30,8 @@ from hearth.errors import HearthError, UpstreamOutcomeUnknown
 from hearth.registry.snapshot import Endpoint, Model
 from hearth.wire.tokens import estimate_text
 
-__all__ = ["MAX_IMAGES", "image_count", "models_for_size", "outcome_unknown", "prompt_bound", "prompt_estimate"]
+__all__ = ["MAX_IMAGES", "image_count", "models_for_size", "outcome_in_doubt", "outcome_unknown", "prompt_bound",
+           "prompt_estimate"]
 
 MAX_IMAGES: Final = 10  # OpenAI's own limit on `n`
 ANY_SIZE: Final = "auto"  # the upstream picks (gpt-image-1): every endpoint can serve it
@@ -81,3 +85,13 @@ def outcome_unknown(exc: UpstreamOutcomeUnknown) -> HearthError:
     return HearthError("upstream_outcome_unknown", f"The image endpoint {what}; it may still draw (and bill) the "
                        "images, so Hearth did not ask another endpoint. Check before generating again.",
                        status=504 if exc.timeout else None)
+
+
+def outcome_in_doubt(exc: BaseException, *, sent: bool) -> tuple[int, str] | None:
+    """(status, code) to settle a failed image call with as if drawn, or None when the upstream certainly drew
+    nothing. ``sent``: an attempt's request was at the upstream when ``exc`` ended the call."""
+    if isinstance(exc, HearthError) and exc.code == "upstream_outcome_unknown":
+        return exc.status, exc.code
+    if isinstance(exc, asyncio.CancelledError) and sent:  # the client left mid-call: the upstream may finish it
+        return 499, "client_disconnected"
+    return None

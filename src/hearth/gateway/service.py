@@ -30,7 +30,14 @@ from hearth.gateway.context import CallContext
 from hearth.gateway.endpoint_admission import first_choice
 from hearth.gateway.endpoint_capabilities import capable_models, required_capabilities
 from hearth.gateway.health import HealthBook
-from hearth.gateway.image_calls import image_count, models_for_size, outcome_unknown, prompt_bound, prompt_estimate
+from hearth.gateway.image_calls import (
+    image_count,
+    models_for_size,
+    outcome_in_doubt,
+    outcome_unknown,
+    prompt_bound,
+    prompt_estimate,
+)
 from hearth.gateway.relay import RelayStream
 from hearth.gateway.scenes import Route, plan_route, resolve_scene
 from hearth.gateway.state_recovery import StateRecovery
@@ -130,9 +137,10 @@ class Gateway:
             try:
                 reply = await self._run(call, route, models, estimate, bound=prompt_bound(body), op=op, completion=0,
                                         images=image_count(body))
-            except HearthError as exc:
-                if exc.code == "upstream_outcome_unknown":  # charged as drawn: it may have been (and billed)
-                    await call.finish(exc.status, exc.code, Usage(estimate, 0, images=image_count(body)), True)
+            except BaseException as exc:  # a request the upstream took and may be drawing is charged as drawn
+                doubt = outcome_in_doubt(exc, sent=call.current is not None)
+                if doubt is not None:
+                    await call.finish(*doubt, Usage(estimate, 0, images=image_count(body)), True)
                 raise
             await self._succeed(call, reply, estimate)
         return reply
