@@ -206,3 +206,16 @@ async def test_a_client_that_leaves_mid_call_closes_the_upstream_and_is_charged_
             break
         await asyncio.sleep(0.025)
     assert fake.stats.disconnects == 1 and fake2.stats.requests == 0  # upstream closed, no failover
+
+
+async def test_an_images_endpoint_whose_provider_cannot_draw_is_refused_without_a_call(fake, hearth_server, http,
+                                                                                       tmp_path):
+    registry = _registry(fake)
+    registry["endpoints"].append({"name": "c", "provider": "anthropic-like", "base_url": fake.base_url,
+                                  "upstream_model": "claude", "capabilities": ["images"]})
+    registry["models"].append({"name": "claude-img", "kind": "image", "endpoints": ["c"]})
+    server = _server(hearth_server, registry, tmp_path)
+    r = await http.post(server.base_url + "/v1/images/generations", headers=AUTH,
+                        json={"model": "claude-img", "prompt": "x"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_feature"
+    assert "cannot generate images" in r.json()["error"]["message"] and fake.stats.requests == 0
