@@ -219,3 +219,12 @@ async def test_an_images_endpoint_whose_provider_cannot_draw_is_refused_without_
                         json={"model": "claude-img", "prompt": "x"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_feature"
     assert "cannot generate images" in r.json()["error"]["message"] and fake.stats.requests == 0
+
+
+async def test_url_images_live_in_the_database_blob_store_too(database_url, fake, hearth_server, http, tmp_path):
+    server = _server(hearth_server, _registry(fake), tmp_path, database_url=database_url, document_store="database")
+    async with _client(server) as client:
+        images = await client.images.generate(model="sim", prompt="stored in the database", size="256x256")
+    served = await http.get(images.data[0].url or "")
+    assert served.status_code == 200 and png_image(served.content)[:2] == (256, 256)
+    assert not (tmp_path / "blobs").exists()  # nothing on disk: the bytes are chunk rows
