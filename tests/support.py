@@ -12,9 +12,11 @@ import asyncio
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,3 +270,29 @@ def hearth_in_process(args: list[str], *, cwd: Path, env: dict[str, str]) -> sub
             sys.stderr.flush()
         return subprocess.CompletedProcess(["hearth", *args], code, out.getvalue().decode(),
                                            err.getvalue().decode())
+
+
+# --------------------------------------------------------------------------- images
+
+def png_image(data: bytes) -> tuple[int, int, list[bytes]]:
+    """(width, height, chunk types) of a PNG whose structure is checked: the signature, every chunk's CRC, an
+    IHDR first and an IEND last, and IDAT data that inflates to exactly one filter byte plus one byte per pixel
+    per row (the 8-bit palette images Hearth's simulated provider and the fake upstream draw)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
+    at, kinds, idat, ihdr = 8, [], b"", b""
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at:at + 4])
+        kind, body = data[at + 4:at + 8], data[at + 8:at + 8 + length]
+        (crc,) = struct.unpack(">I", data[at + 8 + length:at + 12 + length])
+        assert zlib.crc32(kind + body) == crc, f"bad CRC in chunk {kind!r}"
+        kinds.append(kind)
+        if kind == b"IHDR":
+            ihdr = body
+        elif kind == b"IDAT":
+            idat += body
+        at += 12 + length
+    assert at == len(data) and kinds[0] == b"IHDR" and kinds[-1] == b"IEND", kinds
+    width, height, depth, colour, _, _, _ = struct.unpack(">IIBBBBB", ihdr)
+    assert (depth, colour) == (8, 3), (depth, colour)
+    assert len(zlib.decompress(idat)) == height * (1 + width)
+    return width, height, kinds

@@ -32,6 +32,7 @@ from hearth.api import (
     document_jobs,
     documents,
     health,
+    images,
     metrics,
     model_registry,
     openai,
@@ -102,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workflows.router)
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
+    app.include_router(images.router)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

@@ -168,6 +168,13 @@ CATALOG: dict[str, ErrorSpec] = {
     # the console and admin API (issue 13)
     "endpoint_test_too_soon": ErrorSpec(429, True, "rate_limit_error",
                                         "This endpoint was tested less than a minute ago; test it again later."),
+    # image generation (issue 14, docs/images.md)
+    "image_url_invalid": ErrorSpec(403, False, "permission_error", "The image URL's signature is invalid or it has "
+                                   "expired; generate the image again or ask for `b64_json`."),
+    "image_not_found": ErrorSpec(404, False, "invalid_request_error", "The image is no longer stored."),
+    "upstream_outcome_unknown": ErrorSpec(502, False, "api_error", "The upstream took the request but its answer was "
+                                          "lost (a timeout or a cut connection): it may have done the work, and "
+                                          "billed it, so the call was not repeated."),
 }
 
 
@@ -260,3 +267,9 @@ class UpstreamNetworkError(Exception):
         self.timeout = timeout
         self.code = code or ("upstream_stream_idle" if timeout else "upstream_stream_interrupted")
         super().__init__(message)
+
+
+class UpstreamOutcomeUnknown(UpstreamNetworkError):
+    """The request reached the upstream, whose answer was then lost (a read timeout, a cut connection): it may
+    have done the work. Raised for calls that must not be sent twice (image generation), so the gateway does
+    not fail over to another endpoint: a connection that was never made is a plain UpstreamNetworkError."""

@@ -36,6 +36,10 @@ from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.endpoint_admission import cooldown_key
 from hearth.gateway.service import Gateway
 from hearth.gateway.state_recovery import StateRecovery
+from hearth.images.service import ImageService
+from hearth.images.task import ImageTasks
+from hearth.images.urls import ImageUrls
+from hearth.images.urls import derive_key as derive_image_url_key
 from hearth.observability import alerts
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
@@ -107,6 +111,7 @@ class Runtime:
     alerting: AlertConfig | None = None  # None: no alert URL, nothing is raised
     usage_events: UsageEvents | None = None  # None: no usage-event sink configured (no outbox row is written)
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
+    images: ImageService | None = None  # the images door and the image_generate_async task (docs/images.md)
     started_at: float = field(default_factory=time.time)
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
@@ -264,6 +269,9 @@ async def start_runtime(settings: Settings) -> Runtime:
                                     sources=source_limits(settings))
         document_tasks = DocumentTasks(engine, documents, max_pages=settings.document_max_pages)
         document_tasks.register(types)
+        images = ImageService(blobs, ImageUrls(derive_image_url_key(load_master_key(
+            settings.master_key, settings.master_key_file)), settings.image_url_ttl_s))
+        ImageTasks(images).register(types)
         definitions = DefinitionStore(engine)
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)
@@ -340,6 +348,7 @@ async def start_runtime(settings: Settings) -> Runtime:
                  scheduler=scheduler, alerting=alerting, _claim=claim,
                  shutdown=Shutdown(stream_grace_s=settings.shutdown_stream_grace_s, task_grace_s=settings.task_grace_s,
                                    timeout_s=settings.shutdown_timeout_s))
+    rt.images = images
     if tasks.worker is not None:
         rt.shutdown.on_begin(tasks.worker.stop_claiming)
     rt.usage_events = build_usage_events(settings, engine, session, guard=outbound,

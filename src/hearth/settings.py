@@ -270,6 +270,8 @@ class Settings(BaseSettings):
                                     "writes them (the oldest are dropped, and counted, beyond it)")
     usage_outbox_retention_s: float = Field(default=86_400.0, ge=0, description="how long delivered rows stay in "
                                             "the outbox before the relay deletes them")
+    image_url_ttl_s: float = Field(default=3600.0, gt=0, le=30 * 86400, description="how long the signed URL of a "
+                                   "generated image (`response_format: url`, docs/images.md) stays valid")
 
     @field_validator("quota_time_zone")
     @classmethod

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import openai
 import pytest
 
 from tests.e2e import processes
+from tests.support import png_image
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_KEY = "hearth-demo-key"
@@ -48,9 +51,19 @@ def test_openai_sdk_sync_non_stream_and_stream(demo_server: processes.HearthProc
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert "pong" in text
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
-    assert [m.id for m in client.models.list()] == ["demo-chat", "demo-embedding"]
+    assert [m.id for m in client.models.list()] == ["demo-chat", "demo-embedding", "demo-image"]
     emb = client.embeddings.create(model="demo-embedding", input=["a", "b"])
     assert len(emb.data) == 2 and len(emb.data[0].embedding) > 0
+
+
+def test_demo_images_work_offline_as_labelled_pngs(demo_server: processes.HearthProcess) -> None:
+    client = openai.OpenAI(base_url=demo_server.base_url + "/v1", api_key=DEMO_KEY, max_retries=0)
+    drawn = client.images.generate(model="demo-image", prompt="A poster for the spring sale", size="256x256",
+                                   response_format="b64_json")
+    assert png_image(base64.b64decode(drawn.data[0].b64_json or ""))[:2] == (256, 256)
+    url = client.images.generate(model="demo-image", prompt="A poster", size="512x512").data[0].url or ""
+    with urllib.request.urlopen(url, timeout=10) as served:  # the signed URL needs no key
+        assert served.headers["Content-Type"] == "image/png" and png_image(served.read())[:2] == (512, 512)
 
 
 async def test_openai_sdk_async_non_stream_and_stream(demo_server: processes.HearthProcess) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from hearth.registry.snapshot import Budget, Caller, Endpoint, Price, Registry
+from hearth.registry.snapshot import MICRO, Budget, Caller, Endpoint, Price, Registry
 from hearth.state.base import BudgetCharge
 
 _GRACE_S = 2 * 86400  # keep a period's counter a while after it ends, for late settlements and queries
@@ -92,13 +92,16 @@ def highest_price(registry: Registry, models: tuple[str, ...]) -> Price | None:
              if (p := registry.price_for(ep, name)) is not None]
     if not found:
         return None
-    return Price("reservation", max(p.input_per_1m for p in found), max(p.output_per_1m for p in found))
+    return Price("reservation", max(p.input_per_1m for p in found), max(p.output_per_1m for p in found),
+                 per_image=max(p.per_image for p in found))
 
 
-def micro_cost(price: Price | None, prompt_tokens: int, completion_tokens: int) -> int:
+def micro_cost(price: Price | None, prompt_tokens: int, completion_tokens: int, images: int = 0) -> int:
+    """Micro-units; ``images`` generated images at the price's ``per_image`` (a price per image, not per 1M)."""
     if price is None:
         return 0
-    return math.ceil(prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m)
+    return math.ceil(prompt_tokens * price.input_per_1m + completion_tokens * price.output_per_1m
+                     + images * round(price.per_image * MICRO))
 
 
 def reservation_charges(budgets: Sequence[Applicable], tokens: int, money: int,
@@ -113,9 +116,9 @@ def reservation_charges(budgets: Sequence[Applicable], tokens: int, money: int,
 
 
 def actual_amounts(budgets: Sequence[Applicable], registry: Registry, endpoint: Endpoint | None, model: str | None,
-                   *, prompt_tokens: int, completion_tokens: int) -> tuple[int, ...]:
+                   *, prompt_tokens: int, completion_tokens: int, images: int = 0) -> tuple[int, ...]:
     price = registry.price_for(endpoint, model or "") if endpoint is not None else None
-    money = micro_cost(price, prompt_tokens, completion_tokens)
+    money = micro_cost(price, prompt_tokens, completion_tokens, images)
     return tuple(prompt_tokens + completion_tokens if a.budget.unit == "tokens" else money for a in budgets)
 
 

@@ -192,7 +192,8 @@ class Call:
             if grant is not None:
                 prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
                 amounts = actual_amounts(grant.budgets, deps.registry, ctx.endpoint, ctx.model,
-                                         prompt_tokens=prompt, completion_tokens=completion)
+                                         prompt_tokens=prompt, completion_tokens=completion,
+                                         images=usage.images if usage else 0)
                 await finish_caller(deps.state, deps.ledger, grant, tokens, actual_amounts=amounts, also_release=also)
                 ctx.budget_left = grant.remaining
             elif also:
@@ -264,7 +265,7 @@ def call_cost(registry: Registry, ctx: CallContext, usage: Usage | None) -> floa
     if usage is None or ctx.endpoint is None or ctx.model is None:
         return 0.0
     price = registry.price_for(ctx.endpoint, ctx.model)
-    return price.cost(usage.prompt_tokens, usage.completion_tokens) if price is not None else 0.0
+    return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.images) if price is not None else 0.0
 
 
 def attempt_outcome(failure: BaseException | None) -> tuple[int, str | None]:

@@ -28,17 +28,20 @@ __all__ = ["capable_models", "required_capabilities"]
 CHAT: Final = frozenset({"chat"})
 CHAT_STREAM: Final = frozenset({"chat", "streaming"})
 EMBEDDINGS: Final = frozenset({"embeddings"})
+IMAGES: Final = frozenset({"images"})
 _JSON_FORMATS: Final = frozenset({"json_object", "json_schema"})
 _IMAGE_PARTS: Final = frozenset({"image_url", "input_image", "image"})
 #: the request field that asked for each capability (an error's ``param``)
 PARAM_OF: Final = {"streaming": "stream", "tools": "tools", "json": "response_format", "vision": "messages",
-                   "chat": "model", "embeddings": "model"}
+                   "chat": "model", "embeddings": "model", "images": "model"}
 
 
 def required_capabilities(body: dict[str, Any], *, kind: str, stream: bool) -> frozenset[str]:
-    """The capabilities an endpoint needs to serve ``body`` on a ``kind`` ("chat"/"embedding") route."""
+    """The capabilities an endpoint needs to serve ``body`` on a ``kind`` ("chat"/"embedding"/"image") route."""
     if kind == "embedding":
         return EMBEDDINGS
+    if kind == "image":
+        return IMAGES
     extra: list[str] = []
     if body.get("tools") or body.get("functions"):
         extra.append("tools")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from hearth.errors import HearthError
+from hearth.errors import HearthError, UpstreamOutcomeUnknown
 from hearth.gateway.attempts import AttemptPolicy, run_attempts, run_with_fallback
 from hearth.gateway.budget import micro_cost, reservation_charges
 from hearth.gateway.budget_ledger import BudgetLedger
@@ -30,12 +30,20 @@ from hearth.gateway.context import CallContext
 from hearth.gateway.endpoint_admission import first_choice
 from hearth.gateway.endpoint_capabilities import capable_models, required_capabilities
 from hearth.gateway.health import HealthBook
+from hearth.gateway.image_calls import (
+    image_count,
+    models_for_size,
+    outcome_in_doubt,
+    outcome_unknown,
+    prompt_bound,
+    prompt_estimate,
+)
 from hearth.gateway.relay import RelayStream
 from hearth.gateway.scenes import Route, plan_route, resolve_scene
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.metrics import CALLS
 from hearth.observability.request_log import RequestLogWriter
-from hearth.providers.base import Provider, UpstreamReply, Usage
+from hearth.providers.base import Provider, UpstreamReply, Usage, image_provider
 from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
@@ -108,6 +116,35 @@ class Gateway:
             await self._succeed(call, reply, estimate)
         return reply
 
+    async def generate_images(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
+        """An image generation (``body`` in OpenAI's ``/v1/images/generations`` format, already checked):
+        routed by capability and size, ``n`` images reserved at the per-image price and settled on the
+        images returned (:mod:`hearth.gateway.image_calls`)."""
+        call = self._call(ctx)
+        async with call:
+            route, models, body = self._plan(ctx, body, "image")
+            models = models_for_size(models, body.get("size"))
+            estimate = prompt_estimate(body)
+
+            async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
+                try:
+                    return await image_provider(self.providers[ep.kind], ep).images(ep, body, timeout_s,
+                                                                                    headers=ctx.headers)
+                except UpstreamOutcomeUnknown as exc:  # it may be drawing (and billing): no second endpoint
+                    self.health.failed(ep.name, self.health.clock.now())
+                    raise outcome_unknown(exc) from exc
+
+            try:
+                reply = await self._run(call, route, models, estimate, bound=prompt_bound(body), op=op, completion=0,
+                                        images=image_count(body))
+            except BaseException as exc:  # a request the upstream took and may be drawing is charged as drawn
+                doubt = outcome_in_doubt(exc, sent=call.current is not None)
+                if doubt is not None:
+                    await call.finish(*doubt, Usage(estimate, 0, images=image_count(body)), True)
+                raise
+            await self._succeed(call, reply, estimate)
+        return reply
+
     async def open_stream(self, ctx: CallContext, body: dict[str, Any]) -> RelayStream:
         """Admit and open the stream; the returned relay owns the call from here on."""
         ctx.stream = True
@@ -168,11 +205,11 @@ class Gateway:
         return route, models, body
 
     async def _run(self, call: Call, route: Route, models: list[Model], estimate: int, *, bound: int, op: Op[T],
-                   completion: int | None = None) -> T:
+                   completion: int | None = None, images: int = 0) -> T:
         """Caller admission, then the attempts (the successful one's lease stays with ``call``)."""
         reserve = completion if completion is not None else (
             route.effective_max_tokens or DEFAULT_COMPLETION_RESERVATION)
-        await self._admit_caller(call, route, estimate, bound, reserve=reserve, first=models[0])
+        await self._admit_caller(call, route, estimate, bound, reserve=reserve, first=models[0], images=images)
         attempts = self.settings.max_attempts
         if call.ctx.max_attempts is not None:
             attempts = min(attempts, call.ctx.max_attempts)
@@ -181,19 +218,20 @@ class Gateway:
         return await run_with_fallback(call, policy, models, route.default_route, op=op)
 
     async def _admit_caller(self, call: Call, route: Route, estimate: int, bound: int, *, reserve: int,
-                            first: Model) -> None:
-        """Limits are charged the estimate; budgets the upper bound of what the call can cost."""
+                            first: Model, images: int = 0) -> None:
+        """Limits are charged the estimate; budgets the upper bound of what the call can cost (``images``:
+        the images asked for, at the highest per-image price)."""
         ctx = call.ctx
         caller = ctx.caller
         if caller is None:
             return
         plan = self.plans.get(self.registry, caller, ctx.tenant, ctx.end_user, ip=ctx.client_ip, stream=ctx.stream,
                               models=route.models)
-        money = micro_cost(plan.price, bound, reserve)
+        money = micro_cost(plan.price, bound, reserve, images)
         ctx.estimated_cost = money / MICRO  # what a budget reserves: the most this call can cost
         if not plan.scopes and not plan.budgets and ctx.pending_nonce is None:
             return
-        approx = (estimate + reserve, micro_cost(plan.price, estimate, reserve))
+        approx = (estimate + reserve, micro_cost(plan.price, estimate, reserve, images))
         charges = reservation_charges(plan.budgets, bound + reserve, money, approx)
         await call.admit_caller(CallerAdmission(plan.scopes, plan.budgets, charges, estimate + reserve,
                                                 ctx.pending_nonce, first_choice(first, self.health, self.rng)))

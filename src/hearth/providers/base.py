@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hearth.errors import HearthError
 from hearth.registry.snapshot import Endpoint
 
 
@@ -20,6 +21,7 @@ from hearth.registry.snapshot import Endpoint
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    images: int = 0  # images generated (priced per image: docs/images.md)
 
 
 @dataclass(slots=True)
@@ -114,3 +116,24 @@ class Provider(Protocol):
 
     async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
                          headers: HeaderExchange | None = None) -> UpstreamReply: ...
+
+
+class ImageProvider(Protocol):
+    """A provider that generates images (``images`` capability; docs/images.md).
+
+    ``body`` is OpenAI's ``/v1/images/generations`` request (checked, ``response_format`` already
+    ``b64_json``: Hearth keeps the bytes itself); the reply is OpenAI's images response, and its
+    :attr:`Usage.images` counts the images returned (what the call is charged for)."""
+
+    async def images(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                     headers: HeaderExchange | None = None) -> UpstreamReply: ...
+
+
+def image_provider(provider: object, ep: Endpoint) -> ImageProvider:
+    """``provider`` as an :class:`ImageProvider`; 400 ``unsupported_feature`` if its kind draws no images
+    (an endpoint given the ``images`` capability on such a provider)."""
+    if not callable(getattr(provider, "images", None)):
+        raise HearthError("unsupported_feature", f"Endpoint `{ep.name}` has the `images` capability, but its "
+                          f"`{ep.kind}` provider cannot generate images.", param="model",
+                          details={"capabilities": ["images"]})
+    return provider  # type: ignore[return-value]

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from hearth.errors import UpstreamNetworkError
+from hearth.errors import UpstreamNetworkError, UpstreamOutcomeUnknown
 from hearth.observability.logging import scrub
 from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
 from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, exchange_headers, stream_timeouts
@@ -22,6 +22,8 @@ from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
 
 _DONE = b"[DONE]"
+_NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)  # the connection was never made
+_ALWAYS_B64_MODELS = ("gpt-image-",)  # OpenAI image models that always answer base64 and refuse `response_format`
 
 
 def upstream_error_body(status: int, raw: bytes) -> dict[str, Any]:
@@ -172,6 +174,26 @@ class OpenAICompatProvider:
     async def embeddings(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
                          headers: HeaderExchange | None = None) -> UpstreamReply:
         return await self._json_call("/embeddings", ep, body, timeout_s, exchange=headers)
+
+    async def images(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                     headers: HeaderExchange | None = None) -> UpstreamReply:
+        """``POST {base_url}/images/generations``, the answer relayed as is; usage counts the images returned
+        and the prompt's ``input_tokens`` (an image's own output tokens are priced per image)."""
+        if ep.upstream_model.startswith(_ALWAYS_B64_MODELS):  # they refuse `response_format`: always base64
+            body = {k: v for k, v in body.items() if k != "response_format"}
+        try:
+            reply = await self._json_call("/images/generations", ep, body, timeout_s, exchange=headers)
+        except UpstreamNetworkError as exc:
+            if isinstance(exc.__cause__, _NEVER_SENT):
+                raise  # nothing reached the upstream: another endpoint may draw it
+            raise UpstreamOutcomeUnknown(str(exc), timeout=exc.timeout) from exc
+        obj = orjson.loads(reply.body)
+        data = obj.get("data")
+        usage = obj.get("usage")
+        prompt = usage.get("input_tokens") if isinstance(usage, dict) else None
+        if not isinstance(prompt, int):
+            prompt = estimate_text(str(body.get("prompt") or ""))
+        return UpstreamReply(reply.body, Usage(prompt, 0, images=len(data) if isinstance(data, list) else 0))
 
     async def chat_stream(self, ep: Endpoint, body: dict[str, Any], first_byte_timeout_s: float,
                           idle_timeout_s: float, *, headers: HeaderExchange | None = None) -> OpenAIStream:

@@ -7,6 +7,7 @@ Output is deterministic: the same request always gets the same answer.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import struct
 import time
@@ -17,7 +18,9 @@ from typing import Any
 import orjson
 
 from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
+from hearth.providers.png_label import label_png
 from hearth.registry.snapshot import Endpoint
+from hearth.wire.image_size import parse_size
 from hearth.wire.tokens import estimate_messages, estimate_text, requested_max_tokens
 
 FINGERPRINT = "hearth-simulated"
@@ -139,6 +142,11 @@ class SimulatedProvider:
                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         return UpstreamReply(orjson.dumps(reply), usage)
 
+    async def images(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
+                     headers: HeaderExchange | None = None) -> UpstreamReply:
+        _no_upstream_headers(headers)
+        return await simulated_images(ep, body)
+
 
 def _vector(text: str, dims: int) -> list[float]:
     out: list[float] = []
@@ -150,3 +158,47 @@ def _vector(text: str, dims: int) -> list[float]:
     vec = out[:dims]
     norm = sum(v * v for v in vec) ** 0.5 or 1.0
     return [v / norm for v in vec]
+
+
+DEFAULT_IMAGE_SIZE = "1024x1024"  # OpenAI's default
+
+
+def _draw_size(ep: Endpoint, size: Any) -> tuple[int, int]:
+    """The requested size, or (none, ``auto``) 1024x1024 if the endpoint draws it, else its smallest size."""
+    if isinstance(size, str) and (parsed := parse_size(size)) is not None:
+        return parsed
+    sizes = [s for s in (ep.image_sizes or ()) if parse_size(s) is not None]
+    if not sizes or DEFAULT_IMAGE_SIZE in sizes:
+        sizes = [DEFAULT_IMAGE_SIZE]
+    width, height = min((parse_size(s) or (0, 0) for s in sizes), key=lambda wh: wh[0] * wh[1])
+    return width, height
+
+
+def image_label(prompt: str, index: int, n: int, *, words: int = 6, line_chars: int = 16) -> list[str]:
+    """What a simulated image shows: ``[SIMULATED i/n]`` and the prompt's first ``words`` words, wrapped."""
+    lines: list[str] = []
+    for word in prompt.split()[:words]:
+        word = word[:line_chars]
+        if lines and len(lines[-1]) + 1 + len(word) <= line_chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return [f"[SIMULATED {index}/{n}]", *lines[:3]]
+
+
+def _draw_images(prompt: str, n: int, width: int, height: int) -> list[str]:
+    return [base64.b64encode(label_png(image_label(prompt, i + 1, n), width=width, height=height)).decode()
+            for i in range(n)]
+
+
+async def simulated_images(ep: Endpoint, body: dict[str, Any]) -> UpstreamReply:
+    """Labelled PNGs (:mod:`hearth.providers.png_label`), drawn off the event loop; always ``b64_json``."""
+    prompt = str(body.get("prompt") or "")
+    n = body["n"] if isinstance(body.get("n"), int) else 1
+    width, height = _draw_size(ep, body.get("size"))
+    images = await asyncio.to_thread(_draw_images, prompt, n, width, height)
+    tokens = estimate_text(prompt)
+    reply = {"created": int(time.time()), "data": [{"b64_json": b64, "revised_prompt": None} for b64 in images],
+             "usage": {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens,
+                       "input_tokens_details": {"text_tokens": tokens, "image_tokens": 0}}}
+    return UpstreamReply(orjson.dumps(reply), Usage(tokens, 0, images=len(images)))

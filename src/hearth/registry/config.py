@@ -13,9 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hearth.registry.names import ExternalName, RegistryName
+from hearth.wire.image_size import MAX_SIDE, parse_size
 
 ProviderKind = Literal["openai", "anthropic", "simulated"]
-Capability = Literal["chat", "streaming", "tools", "json", "vision", "embeddings"]
+Capability = Literal["chat", "streaming", "tools", "json", "vision", "embeddings", "images"]
 _SUBJECT = r"^[^\x00-\x1f\x7f]{1,256}$"  # a tenant or end-user id (from a header), or "*"
 
 
@@ -102,6 +103,9 @@ class EndpointSpec(_Strict):
         "injected cap and a caller's `max_tokens` are sent under it (OpenAI's reasoning models read only "
         "`max_completion_tokens`)")
     enabled: bool = True
+    image_sizes: list[str] | None = Field(
+        default=None, description="the sizes (`WIDTHxHEIGHT`) an `images` endpoint can draw; a request for "
+        "another size is routed elsewhere (400 `unsupported_feature` if no endpoint has it); unset: any size")
 
     @field_validator("base_url")
     @classmethod
@@ -109,6 +113,23 @@ class EndpointSpec(_Strict):
         if v is not None and not v.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
         return v.rstrip("/") if v else v
+
+    @field_validator("image_sizes")
+    @classmethod
+    def _sizes(cls, sizes: list[str] | None) -> list[str] | None:
+        if sizes is None:
+            return None
+        for size in sizes:
+            if parse_size(size) is None:
+                raise ValueError(f"image_sizes: {size!r} is not WIDTHxHEIGHT (e.g. 1024x1024, each side at most "
+                                 f"{MAX_SIDE})")
+        return sorted(set(sizes))
+
+    @model_validator(mode="after")
+    def _sizes_need_images(self) -> EndpointSpec:
+        if self.image_sizes is not None and "images" not in self.capabilities:
+            raise ValueError("image_sizes is set but the endpoint has no `images` capability")
+        return self
 
     @model_validator(mode="after")
     def _first_token_within_timeout(self) -> EndpointSpec:
@@ -124,7 +145,7 @@ class ModelSpec(_Strict):
 
     name: RegistryName
     endpoints: list[RegistryName] = Field(min_length=1)
-    kind: Literal["chat", "embedding"] = "chat"
+    kind: Literal["chat", "embedding", "image"] = "chat"
     description: str | None = None
     expose_upstream_model: bool = Field(
         default=False, description="answers show the upstream's own model name in `model` (by default they "
@@ -139,6 +160,8 @@ class PriceSpec(_Strict):
     input_per_1m: float = Field(ge=0)
     output_per_1m: float = Field(ge=0)
     currency: str = "USD"
+    per_image: float | None = Field(default=None, ge=0, description="price of one generated image (an `image` "
+                                    "model's endpoints; the prompt's tokens are still priced at `input_per_1m`)")
 
 
 class LimitSetSpec(_Strict):

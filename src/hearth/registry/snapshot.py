@@ -47,6 +47,7 @@ class Endpoint:
     stream_idle_timeout_s: float | None = None  # silence allowed between events; None: the setting
     forward_headers: tuple[str, ...] = ()  # its provider's: client headers sent upstream (lower-case names)
     relay_ratelimit_headers: bool = False  # its provider's: the upstream's x-ratelimit-* go back to the caller
+    image_sizes: frozenset[str] | None = None  # an `images` endpoint's sizes (WIDTHxHEIGHT); None: any size
 
 
 @dataclass(slots=True, frozen=True)
@@ -65,9 +66,11 @@ class Price:
     input_per_1m: float
     output_per_1m: float
     currency: str = "USD"
+    per_image: float = 0.0  # one generated image
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input_per_1m + completion_tokens * self.output_per_1m) / 1_000_000
+    def cost(self, prompt_tokens: int, completion_tokens: int, images: int = 0) -> float:
+        return (prompt_tokens * self.input_per_1m + completion_tokens * self.output_per_1m) / 1_000_000 \
+            + images * self.per_image
 
 
 @dataclass(slots=True, frozen=True)

@@ -345,7 +345,8 @@ async def _load(conn: AsyncConnection, vault: KeyVault) -> Registry:
             enabled=enabled, disabled_reason=reason, disabled_by=disabled_by,
             max_tokens_field=r["max_tokens_field"], first_token_timeout_s=r["first_token_timeout_s"],
             stream_idle_timeout_s=r["stream_idle_timeout_s"], forward_headers=tuple(p["forward_headers"]),
-            relay_ratelimit_headers=bool(p["relay_ratelimit_headers"]))
+            relay_ratelimit_headers=bool(p["relay_ratelimit_headers"]),
+            image_sizes=frozenset(r["image_sizes"]) if r["image_sizes"] is not None else None)
     pools: dict[str, list[Endpoint]] = {}
     for r in (await conn.execute(select(model_pool_members).order_by(
             model_pool_members.c.model, model_pool_members.c.endpoint))).mappings():
@@ -355,7 +356,8 @@ async def _load(conn: AsyncConnection, vault: KeyVault) -> Registry:
                              expose_upstream_model=bool(r["expose_upstream_model"]))
             for r in (await conn.execute(select(models))).mappings()}
     prs = {r["model"]: Price(model=r["model"], input_per_1m=r["input_per_1m"],
-                             output_per_1m=r["output_per_1m"], currency=r["currency"])
+                             output_per_1m=r["output_per_1m"], currency=r["currency"],
+                             per_image=r["per_image"] or 0.0)
            for r in (await conn.execute(select(prices))).mappings()}
     by_hash, by_name = await load_callers(conn, vault)
     scns = {r["name"]: Scene(name=r["name"], default_model=r["default_model"],

@@ -80,6 +80,8 @@ endpoints = Table(
     # 0008: a stream's own timeouts (NULL: the endpoint's timeout_s / HEARTH_STREAM_IDLE_TIMEOUT_S)
     Column("first_token_timeout_s", Float, nullable=True),
     Column("stream_idle_timeout_s", Float, nullable=True),
+    # 0032: the sizes an `images` endpoint can draw ("1024x1024", ...); NULL: any size
+    Column("image_sizes", JSON, nullable=True),
 )
 
 models = Table(
@@ -106,6 +108,8 @@ prices = Table(
     Column("output_per_1m", Float, nullable=False),
     Column("currency", String(8), nullable=False, default="USD"),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    # 0032: price of one generated image (currency units); NULL: none
+    Column("per_image", Float, nullable=True),
 )
 
 # owner: hearth.registry.callers

@@ -21,6 +21,8 @@ Determinism (so tests can compute expected values):
 * Ids are ``chatcmpl-fake-<seq>`` / ``msg_fake_<seq>`` where ``seq`` is the
   request's 1-based number since the last reset; ``created`` is a constant.
 * Embedding vectors come from :func:`fake_embedding` (unit length, float32).
+* Images (``/v1/images/generations``): ``n`` labelled PNGs, 64x64 unless ``size`` says otherwise,
+  ``input_tokens`` = :func:`prompt_tokens_for` of the prompt (see ``FakeUpstream._images``).
 
 Only requests under ``/v1`` are counted in :class:`FakeStats`; the ``/_fake``
 control routes are not, so polling stats does not disturb them.
@@ -48,6 +50,8 @@ from typing import Any, Literal, Self
 
 import orjson
 from aiohttp import web
+
+from hearth.providers.png_label import label_png
 
 __all__ = [
     "CREATED",
@@ -124,6 +128,7 @@ class FakeBehavior:
     error_after_chunks: int | None = None  # an OpenAI error event after the N-th content event, then the end
     response_headers: dict[str, str] = field(default_factory=dict)  # added to every answer (errors too)
     content: str | None = None  # a non-stream chat answer's exact message content (JSON for extraction tests, say)
+    image_count: int | None = None  # an images answer carries this many images, whatever `n` asked
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -435,6 +440,7 @@ class FakeUpstream:
         app.router.add_post("/v1/embeddings", self._route(self._embeddings))
         app.router.add_get("/v1/models", self._route(self._models))
         app.router.add_post("/v1/messages", self._route(self._messages))
+        app.router.add_post("/v1/images/generations", self._route(self._images))
         app.router.add_get("/_fake/stats", self._http_stats)
         app.router.add_get("/_fake/defaults", self._http_get_defaults)
         app.router.add_post("/_fake/defaults", self._http_set_defaults)
@@ -744,6 +750,38 @@ class FakeUpstream:
             "model": str(body.get("model") or MODELS[1]),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
+        return web.Response(body=orjson.dumps(payload), headers=_JSON_HEADERS), True
+
+    async def _images(
+        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int
+    ) -> tuple[web.StreamResponse, bool]:
+        """``n`` labelled PNGs (``FAKE <seq>.<i>`` and the prompt's first words) of the requested size
+        (default 64x64, kept small on purpose); ``b64_json`` unless ``response_format`` is ``url``, then
+        URLs under ``/_fake/images/`` (not served: a gateway must not fetch them). Usage as gpt-image-1
+        reports it: ``input_tokens`` = :func:`prompt_tokens_for` of the prompt."""
+        prompt = body.get("prompt")
+        n = body.get("n", 1)
+        if not isinstance(prompt, str) or not prompt or not isinstance(n, int) or not 1 <= n <= 10:
+            return _json_error(400, "'prompt' must be a non-empty string and 'n' from 1 to 10."), True
+        width, height = 64, 64
+        size = body.get("size")
+        if isinstance(size, str) and size != "auto":
+            w, _, h = size.partition("x")
+            if not (w.isdigit() and h.isdigit() and 0 < int(w) <= 4096 and 0 < int(h) <= 4096):
+                return _json_error(400, f"Invalid size {size!r}."), True
+            width, height = int(w), int(h)
+        words = prompt.split()[:3]
+        data: list[dict[str, Any]] = []
+        for i in range(n if behavior.image_count is None else behavior.image_count):
+            if body.get("response_format") == "url":
+                data.append({"url": f"{self.root_url}/_fake/images/{seq}-{i}.png", "revised_prompt": None})
+                continue
+            png = label_png([f"FAKE {seq}.{i + 1}", *words], width=width, height=height)
+            data.append({"b64_json": base64.b64encode(png).decode(), "revised_prompt": None})
+        tokens = prompt_tokens_for([{"content": prompt}])
+        payload = {"created": CREATED, "data": data,
+                   "usage": {"input_tokens": tokens, "output_tokens": 0, "total_tokens": tokens,
+                             "input_tokens_details": {"text_tokens": tokens, "image_tokens": 0}}}
         return web.Response(body=orjson.dumps(payload), headers=_JSON_HEADERS), True
 
     async def _models(
