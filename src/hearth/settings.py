@@ -270,6 +270,10 @@ class Settings(BaseSettings):
                                     "writes them (the oldest are dropped, and counted, beyond it)")
     usage_outbox_retention_s: float = Field(default=86_400.0, ge=0, description="how long delivered rows stay in "
                                             "the outbox before the relay deletes them")
+    rollup_minute_retention_s: float = Field(default=8 * 86_400.0, gt=0, description="how long per-minute request "
+                                             "rollups are kept (windows under a day read them)")
+    rollup_hour_retention_s: float = Field(default=400 * 86_400.0, gt=0, description="how long per-hour request "
+                                           "rollups are kept (windows of a day and more read them)")
 
     @field_validator("quota_time_zone")
     @classmethod

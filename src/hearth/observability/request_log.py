@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -27,6 +28,7 @@ from sqlalchemy import BigInteger, Float, Integer, String, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
+from hearth.observability.request_rollups import add_to_rollups, prune_rollups
 from hearth.store.batch_insert import insert_isolating
 from hearth.store.db import stop_writer_task
 from hearth.store.tables import request_logs
@@ -34,6 +36,7 @@ from hearth.store.tables import request_logs
 log = get_logger("hearth.request_log")
 
 _MAX_BACKOFF_S = 5.0
+PRUNE_EVERY_S = 600.0  # rollups older than their retention are deleted this often (a few minutes' rows each time)
 
 
 @dataclass(slots=True)
@@ -218,6 +221,10 @@ class RequestLogWriter:
         # Given each batch of records once it is written (or dead-lettered), in this writer's background
         # flush: the usage-event outbox (hearth.observability.usage_outbox) when a sink is configured.
         self.on_written: Callable[[list[RequestLogRecord]], None] | None = None
+        # (minute, hour) rollup retention in seconds: rows older are deleted every PRUNE_EVERY_S by this writer's
+        # background task (hearth.observability.request_rollups.prune_rollups); None keeps them all.
+        self.rollup_retention_s: tuple[float, float] | None = None
+        self._next_prune = 0.0
 
     def submit(self, record: RequestLogRecord) -> None:
         queue = self._queue
@@ -246,6 +253,7 @@ class RequestLogWriter:
             self._wake.clear()
             if await self.flush():
                 backoff = 0.0
+                await self._prune_rollups()
             else:
                 backoff = min(max(2 * backoff, self._flush_s), _MAX_BACKOFF_S)
 
@@ -257,7 +265,7 @@ class RequestLogWriter:
                 batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
                 rows = [_row(record) for record in batch]
                 outcome = await insert_isolating(self._engine, request_logs, rows, writer="request_log",
-                                                 row_key="request_id")
+                                                 row_key="request_id", also=add_to_rollups)
                 self.written += outcome.written
                 self.dead += outcome.dead
                 self.lost += outcome.lost
@@ -280,6 +288,16 @@ class RequestLogWriter:
                     self.dropped += max(overflow, 0)
                     return False
             return True
+
+    async def _prune_rollups(self) -> None:
+        if self.rollup_retention_s is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + PRUNE_EVERY_S
+        minute_keep_s, hour_keep_s = self.rollup_retention_s
+        try:
+            await prune_rollups(self._engine, time.time(), minute_keep_s=minute_keep_s, hour_keep_s=hour_keep_s)
+        except Exception as exc:  # tried again next time; never at the request log's expense
+            log.warning("rollup_prune_failed", error=type(exc).__name__)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -363,24 +381,6 @@ async def prompt_version_stats(engine: AsyncEngine, prompt_code: str, since: dat
                     "schema_failure_rate": round(int(schema_failed or 0) / calls, 4) if calls else None,
                     "latency_ms_mean": round(float(mean_ms or 0.0), 3), "latency_ms_max": round(float(max_ms or 0), 3),
                     "model_calls": int(model_calls), "cost": float(cost)})
-    return out
-
-
-async def recent_calls(engine: AsyncEngine, *, since: datetime, limit: int) -> list[tuple[datetime, int, float, float,
-                                                                                            int]]:
-    """The newest calls since ``since``, at most ``limit`` of them (newest first): when, status, cost, latency
-    and tokens — what the console's overview charts aggregate. One range scan of ``ix_request_logs_created_at``
-    bounded by ``limit``, never a count over the table."""
-    t = request_logs
-    stmt = (select(t.c.created_at, t.c.status, t.c.cost, t.c.latency_ms, t.c.prompt_tokens + t.c.completion_tokens)
-            .where(t.c.created_at >= since).order_by(t.c.created_at.desc()).limit(limit))
-    async with engine.connect() as conn:
-        rows = (await conn.execute(stmt)).all()
-    out = []
-    for created, status, cost, latency, tokens in rows:
-        if created.tzinfo is None:
-            created = created.replace(tzinfo=UTC)
-        out.append((created, int(status), float(cost or 0.0), float(latency or 0.0), int(tokens or 0)))
     return out
 
 

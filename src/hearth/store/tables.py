@@ -701,3 +701,32 @@ usage_outbox = Table(
 )
 Index("ix_usage_outbox_due", usage_outbox.c.sink, usage_outbox.c.state, usage_outbox.c.next_at)
 Index("ix_usage_outbox_delivered", usage_outbox.c.state, usage_outbox.c.delivered_at)
+
+# owner: hearth.observability.request_rollups — request logs aggregated per minute and per hour (0027), added to by
+# the request-log writer in the same transaction as the rows; read by the console's overview and usage pages.
+# Dimensions are bounded by configuration ('' stands for none: a NULL would never meet its ON CONFLICT twin);
+# bucket is the epoch second the minute (hour) starts; lat_0..lat_15 count calls per latency bucket (bounds in
+# hearth.observability.request_rollups.LATENCY_BOUNDS_MS), so any window's p95 can be estimated by summing.
+ROLLUP_LATENCY_BUCKETS = 16
+
+
+def _rollup_table(name: str) -> Table:
+    return Table(
+        name, metadata,
+        Column("bucket", BigInteger, primary_key=True),
+        Column("caller", String(128), primary_key=True),
+        Column("model", String(128), primary_key=True),
+        Column("endpoint", String(128), primary_key=True),
+        Column("status_class", Integer, primary_key=True),  # 2, 3, 4, 5 (status // 100; 0 for anything else)
+        Column("calls", BigInteger, nullable=False),
+        Column("errors", BigInteger, nullable=False),  # status >= 400
+        Column("prompt_tokens", BigInteger, nullable=False),
+        Column("completion_tokens", BigInteger, nullable=False),
+        Column("cost", Float, nullable=False),
+        Column("latency_ms_sum", Float, nullable=False),
+        *(Column(f"lat_{i}", BigInteger, nullable=False) for i in range(ROLLUP_LATENCY_BUCKETS)),
+    )
+
+
+request_rollups_minute = _rollup_table("request_rollups_minute")
+request_rollups_hour = _rollup_table("request_rollups_hour")
