@@ -19,6 +19,7 @@ from hearth.console import (
     reviews,
     schedules,
     tasks,
+    usage,
 )
 from hearth.console.auth import ConsoleRedirect, ConsoleRefused, current
 from hearth.console.render import STATIC_DIR, page, redirect
@@ -27,6 +28,7 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, schedules, budgets,
                 playground):
     router.include_router(_module.router)
+router.include_router(usage.router)  # callers & usage (issue 13)
 
 
 @router.get("")
