@@ -227,6 +227,8 @@ async def rebuild_rollups(engine: AsyncEngine, *, since: datetime | None, until:
         return RebuildReport(None, None, 0, 0, 0)
     start_s = int(epoch_s(first) // 3_600) * 3_600
     end_s = int(epoch_s(until or datetime.now(UTC)) // 3_600) * 3_600 + 3_600
+    if end_s <= start_s:  # since is later than now: nothing to read
+        return RebuildReport(datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(start_s, UTC), 0, 0, 0)
     cuts = [start_s, *range((start_s // _DAY_S + 1) * _DAY_S, end_s, _DAY_S), end_s]
     days = len(cuts) - 1
     rows = minute_rows = hour_rows = 0
