@@ -483,12 +483,12 @@ app.add_typer(rollups_app, name="rollups")
 
 @rollups_app.command(name="rebuild")
 def rollups_rebuild(
-    since: Annotated[str | None, typer.Option(help="ISO-8601 time (UTC unless it says); from its hour on. "
+    since: Annotated[str | None, typer.Option(help="ISO-8601 time (UTC unless it says); from its UTC day on. "
                                               "Default: the first request log")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
 ) -> None:
-    """Recompute the per-minute and per-hour rollups from the raw request logs (one day per transaction,
-    keyset-paged; safe while servers run). Rollups before ``--since`` are kept."""
+    """Recompute the per-minute, per-hour and per-day rollups from the raw request logs (one day per transaction,
+    keyset-paged; safe while servers run). Rollups before the day of ``--since`` are kept."""
     from datetime import UTC, datetime
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -517,8 +517,9 @@ def rollups_rebuild(
     if report.since is None:
         typer.echo("no request logs: nothing to rebuild")
         return
+    grains = ", ".join(f"{count:,} {grain} rows" for grain, count in report.written.items())
     typer.echo(f"rebuilt {report.since:%Y-%m-%d %H:%M} to {report.until:%Y-%m-%d %H:%M} UTC from {report.rows:,} "
-               f"request logs: {report.minute_rows:,} minute rows, {report.hour_rows:,} hour rows")
+               f"request logs: {grains}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ async def _seed_logs(url: str) -> None:
 
 
 async def _rollup_calls(url: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """(bucket, calls) of the minute rows, calls of the hour rows."""
     engine = create_engine(url)
     async with engine.connect() as conn:
         minutes = [(int(b), int(c)) for b, c in await conn.execute(
@@ -47,7 +48,7 @@ def test_rebuild_fills_the_rollups_from_the_request_logs(tmp_path: Path) -> None
     assert asyncio.run(_rollup_calls(url)) == ([], [])
     out = hearth_in_process(["rollups", "rebuild"], cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
-    assert "from 5 request logs: 5 minute rows, 1 hour rows" in out.stdout
+    assert "from 5 request logs: 5 minute rows, 1 hour rows, 1 day rows" in out.stdout
     minute = int(T0.timestamp()) // 60 * 60
     assert asyncio.run(_rollup_calls(url)) == ([(minute + 60 * i, 1) for i in range(5)], [5])
     bad = hearth_in_process(["rollups", "rebuild", "--since", "yesterday"], cwd=tmp_path, env=env)

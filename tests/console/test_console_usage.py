@@ -15,7 +15,7 @@ import pytest
 from hearth.observability.request_rollups import SUMS
 from hearth.observability.rollup_reports import WINDOWS, traffic_series, usage_report
 from hearth.store.db import create_engine
-from hearth.store.tables import request_rollups_hour, request_rollups_minute
+from hearth.store.tables import request_rollups_day, request_rollups_hour, request_rollups_minute
 from tests.console.console_client import registry, sign_in
 
 ADMIN = {"Authorization": "Bearer admin-token-xyz"}
@@ -33,7 +33,7 @@ def rollup(bucket: int, caller: str, model: str, *, calls: int, errors: int = 0,
 
 
 async def seed(database_url: str, now_s: float) -> None:
-    minute, hour = int(now_s) // 60 * 60, int(now_s) // 3600 * 3600
+    minute, hour, day = int(now_s) // 60 * 60, int(now_s) // 3600 * 3600, int(now_s) // 86_400 * 86_400
     rows = [rollup(minute, "tester", "m", calls=7, errors=2, cost=0.5, fast=5, status_class=5),
             rollup(minute - 60, "tester", "m", calls=3, cost=0.25),
             rollup(minute - 120, "other", "m2", calls=1, cost=1.0),
@@ -44,6 +44,8 @@ async def seed(database_url: str, now_s: float) -> None:
             await conn.execute(request_rollups_minute.insert(), rows)
             await conn.execute(request_rollups_hour.insert(), [
                 rollup(hour, "tester", "m", calls=40, cost=2.0), rollup(hour - 3600 * 30, "old", "m", calls=9)])
+            await conn.execute(request_rollups_day.insert(), [
+                rollup(day, "tester", "m", calls=40, cost=2.0), rollup(day - 86_400 * 10, "old", "m", calls=9)])
     finally:
         await engine.dispose()
 
@@ -65,7 +67,7 @@ async def test_overview_and_usage_pages_show_the_rollups(server: Any, database_u
         day = await client.get("/console/overview", params={"window": "24h"})
         assert '<b data-testid="calls">40</b>' in day.text and "per-hour rollups" in day.text
         month = await client.get("/console/overview", params={"window": "30d"})
-        assert '<b data-testid="calls">49</b>' in month.text
+        assert '<b data-testid="calls">49</b>' in month.text and "per-day rollups" in month.text
 
         usage = await client.get("/console/usage", params={"window": "1h"})
         assert usage.status_code == 200 and 'href="/console/usage"' in usage.text

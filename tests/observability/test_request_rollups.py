@@ -90,6 +90,8 @@ async def test_the_writer_adds_rollups_that_agree_with_the_raw_rows(engine):
     assert minutes[key][:4] == (1, 0, 0, 0) and minutes[key][SUMS.index("lat_0")] == 1
     assert {k[0] for k in await rollups(engine, "hour")} == {int(T0.timestamp()) // 3600 * 3600,
                                                               int(T0.timestamp()) // 3600 * 3600 + 3600}
+    assert {k[0] for k in await rollups(engine, "day")} == {int(T0.timestamp()) // 86400 * 86400,
+                                                             int(T0.timestamp()) // 86400 * 86400 + 86400}
 
 
 async def test_a_row_the_database_refuses_is_in_neither_the_logs_nor_the_rollups(engine):
@@ -110,7 +112,7 @@ async def test_rebuild_reproduces_the_writers_rollups_and_keeps_those_before_sin
     seen = []
     report = await rebuild_rollups(engine, since=None, until=T0 + timedelta(minutes=10), page_rows=6,
                                    on_progress=seen.append)
-    assert report.rows == 40 and report.since == T0.replace(minute=0, second=0)
+    assert report.rows == 40 and report.since == T0.replace(hour=0, minute=0, second=0)  # from the day's start
     assert {grain: await rollups(engine, grain) for grain in GRAINS} == written
     assert seen[-1].days_done == seen[-1].days == 2 and seen[-1].rows == 40  # the range crosses midnight
     assert [p.rows for p in seen] == sorted(p.rows for p in seen)
@@ -120,7 +122,7 @@ async def test_rebuild_reproduces_the_writers_rollups_and_keeps_those_before_sin
             bucket=0, caller="old", model="m", endpoint="e", status_class=2,
             **{name: 1 for name in SUMS}))
     again = await rebuild_rollups(engine, since=T0 + timedelta(minutes=3), until=T0 + timedelta(minutes=10))
-    assert again.since == datetime(2026, 3, 2, tzinfo=UTC) and again.rows < 40
+    assert again.since == datetime(2026, 3, 2, tzinfo=UTC) and 0 < again.rows < 40
     after = await rollups(engine, "minute")
     assert after.pop((0, "old", "m", "e", 2)) == (1,) * len(SUMS) and after == written["minute"]
     assert (await rebuild_rollups(engine, since=T0 + timedelta(days=5), until=T0 + timedelta(days=6))).rows == 0
@@ -139,8 +141,8 @@ async def test_pruning_deletes_each_grain_after_its_own_retention(engine):
         minutes = (await conn.execute(select(func.min(request_rollups_minute.c.bucket)))).scalar_one()
         hours = (await conn.execute(select(func.count()).select_from(request_rollups_hour))).scalar_one()
     assert deleted > 0 and minutes >= now_s - (3600 - 130) and hours > 0
-    await prune_rollups(engine, now_s, minute_keep_s=1.0, hour_keep_s=1.0)
-    assert await rollups(engine, "minute") == {} and await rollups(engine, "hour") == {}
+    await prune_rollups(engine, now_s + 86_400, minute_keep_s=1.0, hour_keep_s=1.0)
+    assert [await rollups(engine, grain) for grain in GRAINS] == [{}, {}, {}]
 
 
 def test_p95_is_interpolated_inside_its_histogram_bucket():

@@ -317,15 +317,23 @@ _FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id",
             "scene", "task_id")
 
 
+#: ``GET /api/v1/request-logs`` counts matching rows up to this many, never more (a count over a million rows
+#: took 250–500 ms on PostgreSQL): beyond it ``total`` is this number and ``total_capped`` is true.
+TOTAL_CAP = 10_000
+
+
 async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since: datetime | None,
-                             until: datetime | None, *, limit: int, offset: int) -> tuple[int, list[dict[str, Any]]]:
+                             until: datetime | None, *, limit: int,
+                             offset: int) -> tuple[int, bool, list[dict[str, Any]]]:
+    """(matching rows up to :data:`TOTAL_CAP`, whether there are more, the page at ``offset``, newest first)."""
     conds = [request_logs.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
     if since is not None:
         conds.append(request_logs.c.created_at >= since)
     if until is not None:
         conds.append(request_logs.c.created_at < until)
+    bounded = select(request_logs.c.id).where(*conds).limit(TOTAL_CAP + 1).subquery()
     async with engine.connect() as conn:
-        total = (await conn.execute(select(func.count()).select_from(request_logs).where(*conds))).scalar_one()
+        total = (await conn.execute(select(func.count()).select_from(bounded))).scalar_one()
         rows = (await conn.execute(select(request_logs).where(*conds)
                                    .order_by(request_logs.c.id.desc()).limit(limit).offset(offset))).mappings().all()
     out = []
@@ -337,7 +345,7 @@ async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since
                 created = created.replace(tzinfo=UTC)
             d["created_at"] = created.isoformat()
         out.append(d)
-    return total, out
+    return min(total, TOTAL_CAP), total > TOTAL_CAP, out
 
 
 async def usage_summary(engine: AsyncEngine, since: datetime | None, caller: str | None, tenant: str | None,
@@ -396,7 +404,9 @@ async def request_log_page(engine: AsyncEngine, filters: dict[str, Any], *, afte
     conds: list[Any] = [t.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
     if after is not None:
         at, row_id = after
-        conds.append((t.c.created_at < at) | ((t.c.created_at == at) & (t.c.id < row_id)))
+        # ``created_at <= at`` on its own bounds the index range (the OR alone made PostgreSQL walk every newer
+        # row: 260 ms for a page in the middle of a million rows, 2 ms with the bound)
+        conds += [t.c.created_at <= at, (t.c.created_at < at) | (t.c.id < row_id)]
     stmt = select(t).where(*conds).order_by(t.c.created_at.desc(), t.c.id.desc()).limit(limit + 1)
     async with engine.connect() as conn:
         rows = [dict(r) for r in (await conn.execute(stmt)).mappings().all()]

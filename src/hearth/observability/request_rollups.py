@@ -1,8 +1,8 @@
-"""Request-log rollups: calls, errors, tokens, cost and a latency histogram per minute and per hour.
+"""Request-log rollups: calls, errors, tokens, cost and a latency histogram per minute, hour and UTC day.
 
 The console's charts and usage tables read these instead of the raw ``request_logs`` (a million rows
-there must not slow a page). Each aggregate row is keyed by its bucket (the epoch second its minute or
-hour starts) and bounded dimensions — caller, model (public name), endpoint, status class — so the
+there must not slow a page). Each aggregate row is keyed by its bucket (the epoch second its minute, hour
+or day starts) and bounded dimensions — caller, model (public name), endpoint, status class — so the
 tables grow with time × configuration, never with traffic.
 
 Written by :class:`hearth.observability.request_log.RequestLogWriter` in the same transaction as the
@@ -29,12 +29,18 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any, Final
 
-from sqlalchemy import Table, delete, func, select, text
+from sqlalchemy import Table, delete, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.store.db import write_transaction
-from hearth.store.tables import ROLLUP_LATENCY_BUCKETS, request_logs, request_rollups_hour, request_rollups_minute
+from hearth.store.tables import (
+    ROLLUP_LATENCY_BUCKETS,
+    request_logs,
+    request_rollups_day,
+    request_rollups_hour,
+    request_rollups_minute,
+)
 
 #: Upper bounds (inclusive, ms) of the latency buckets; the last bucket holds everything slower.
 LATENCY_BOUNDS_MS: Final = (10.0, 25.0, 50.0, 100.0, 200.0, 300.0, 500.0, 750.0, 1_000.0, 1_500.0, 2_000.0,
@@ -43,7 +49,8 @@ assert len(LATENCY_BOUNDS_MS) + 1 == ROLLUP_LATENCY_BUCKETS
 
 #: grain → (seconds per bucket, table)
 GRAINS: Final[dict[str, tuple[int, Table]]] = {"minute": (60, request_rollups_minute),
-                                               "hour": (3_600, request_rollups_hour)}
+                                               "hour": (3_600, request_rollups_hour),
+                                               "day": (86_400, request_rollups_day)}
 KEYS: Final = ("bucket", "caller", "model", "endpoint", "status_class")
 HISTOGRAM: Final = tuple(f"lat_{i}" for i in range(ROLLUP_LATENCY_BUCKETS))
 SUMS: Final = ("calls", "errors", "prompt_tokens", "completion_tokens", "cost", "latency_ms_sum", *HISTOGRAM)
@@ -117,13 +124,14 @@ async def add_to_rollups(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]
 
 
 async def prune_rollups(engine: AsyncEngine, now_s: float, *, minute_keep_s: float, hour_keep_s: float) -> int:
-    """Delete minute rows older than ``minute_keep_s`` and hour rows older than ``hour_keep_s``; how many.
+    """Delete minute rows older than ``minute_keep_s`` and hour and day rows older than ``hour_keep_s``; how many.
 
-    The hour rows outlive the minute rows: windows of a day and more read them (see ``rollup_reports``).
+    The hour and day rows outlive the minute rows: windows of a day and more read them (``rollup_reports``).
     """
     deleted = 0
     async with write_transaction(engine) as conn:
-        for table, keep_s in ((request_rollups_minute, minute_keep_s), (request_rollups_hour, hour_keep_s)):
+        for table, keep_s in ((request_rollups_minute, minute_keep_s), (request_rollups_hour, hour_keep_s),
+                              (request_rollups_day, hour_keep_s)):
             result = await conn.execute(delete(table).where(table.c.bucket < now_s - keep_s))
             deleted += max(result.rowcount or 0, 0)
     return deleted
@@ -158,11 +166,10 @@ class RebuildProgress:
 
 @dataclass(frozen=True, slots=True)
 class RebuildReport:
-    since: datetime | None  # the first hour rebuilt (None: there were no request logs)
+    since: datetime | None  # the first day rebuilt (None: there were no request logs)
     until: datetime | None
-    rows: int
-    minute_rows: int
-    hour_rows: int
+    rows: int  # raw rows read
+    written: dict[str, int]  # rollup rows written per grain
 
 
 _RAW_COLUMNS: Final = (request_logs.c.id, request_logs.c.created_at, request_logs.c.caller, request_logs.c.model,
@@ -178,19 +185,18 @@ async def _first_log_at(engine: AsyncEngine) -> datetime | None:
 
 
 async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, page_rows: int,
-                         on_page: Callable[[int], None]) -> tuple[int, int, int]:
-    """Replace the rollups of ``[start_s, end_s)`` (whole hours) by the aggregates of its raw rows; (rows,
-    minute rows, hour rows). On PostgreSQL the rollup tables are locked first (writers' upserts wait), so a
+                         on_page: Callable[[int], None]) -> dict[str, int]:
+    """Replace the rollups of ``[start_s, end_s)`` (from a day's start) by the aggregates of its raw rows; the
+    rows written per grain. On PostgreSQL the rollup tables are locked first (writers' upserts wait), so a
     batch committed meanwhile is either read here or adds itself after this transaction: never both, never
     neither. SQLite has one writer at a time anyway."""
     if conn.dialect.name == "postgresql":
-        await conn.execute(text("LOCK TABLE request_rollups_minute, request_rollups_hour IN SHARE ROW EXCLUSIVE MODE"))
+        await conn.execute(text("LOCK TABLE request_rollups_minute, request_rollups_hour, request_rollups_day "
+                                "IN SHARE ROW EXCLUSIVE MODE"))
     t = request_logs
     low, high = datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC)
-    minutes: Aggregates = {}
-    hours: Aggregates = {}
+    aggregates: dict[str, Aggregates] = {grain: {} for grain in GRAINS}
     after: tuple[datetime, int] | None = None
-    rows_read = 0
     while True:
         conds: list[Any] = [t.c.created_at >= low, t.c.created_at < high]
         if after is not None:
@@ -199,39 +205,39 @@ async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, page_r
                                    .limit(page_rows))).mappings().all()
         if not page:
             break
-        accumulate(minutes, page, 60)
-        accumulate(hours, page, 3_600)
-        rows_read += len(page)
+        for grain, (width_s, _) in GRAINS.items():
+            accumulate(aggregates[grain], page, width_s)
         on_page(len(page))
         after = (page[-1]["created_at"], int(page[-1]["id"]))
         if len(page) < page_rows:
             break
-    for aggregates, table in ((minutes, request_rollups_minute), (hours, request_rollups_hour)):
+    for grain, (_, table) in GRAINS.items():
         await conn.execute(delete(table).where(table.c.bucket >= start_s, table.c.bucket < end_s))
-        if aggregates:
-            await conn.execute(table.insert(), _values(aggregates))
-    return rows_read, len(minutes), len(hours)
+        if aggregates[grain]:
+            await conn.execute(table.insert(), _values(aggregates[grain]))
+    return {grain: len(rows) for grain, rows in aggregates.items()}
 
 
 async def rebuild_rollups(engine: AsyncEngine, *, since: datetime | None, until: datetime | None = None,
                           page_rows: int = 20_000,
                           on_progress: Callable[[RebuildProgress], None] | None = None) -> RebuildReport:
-    """Recompute the rollups from ``request_logs``, from the hour ``since`` falls in (default: the first log
-    row's) to the end of the hour ``until`` falls in (default: now), one UTC day (or its part) per
+    """Recompute the rollups from ``request_logs``, from the start of the UTC day ``since`` falls in (default:
+    the first log row's) to the end of the hour ``until`` falls in (default: now), one UTC day per
     transaction, reading raw rows in keyset pages of ``page_rows`` on ``(created_at, id)``.
 
-    Idempotent; safe while servers write (see :func:`_rebuild_range`). Rollups before ``since`` are kept.
+    Idempotent; safe while servers write (see :func:`_rebuild_range`). Rollups before that day are kept.
     """
     first = since if since is not None else await _first_log_at(engine)
     if first is None:
-        return RebuildReport(None, None, 0, 0, 0)
-    start_s = int(epoch_s(first) // 3_600) * 3_600
+        return RebuildReport(None, None, 0, {})
+    start_s = int(epoch_s(first) // _DAY_S) * _DAY_S
     end_s = int(epoch_s(until or datetime.now(UTC)) // 3_600) * 3_600 + 3_600
     if end_s <= start_s:  # since is later than now: nothing to read
-        return RebuildReport(datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(start_s, UTC), 0, 0, 0)
-    cuts = [start_s, *range((start_s // _DAY_S + 1) * _DAY_S, end_s, _DAY_S), end_s]
+        return RebuildReport(datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(start_s, UTC), 0, {})
+    cuts = [*range(start_s, end_s, _DAY_S), end_s]
     days = len(cuts) - 1
-    rows = minute_rows = hour_rows = 0
+    rows = 0
+    written: dict[str, int] = dict.fromkeys(GRAINS, 0)
 
     def page_done(n: int) -> None:
         nonlocal rows
@@ -241,17 +247,8 @@ async def rebuild_rollups(engine: AsyncEngine, *, since: datetime | None, until:
 
     for done, (low, high) in enumerate(pairwise(cuts)):
         async with write_transaction(engine) as conn:
-            _, minutes, hours = await _rebuild_range(conn, low, high, page_rows, page_done)
-        minute_rows += minutes
-        hour_rows += hours
+            for grain, count in (await _rebuild_range(conn, low, high, page_rows, page_done)).items():
+                written[grain] += count
         if on_progress is not None:
             on_progress(RebuildProgress(done + 1, days, rows))
-    return RebuildReport(datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), rows, minute_rows,
-                         hour_rows)
-
-
-async def count_rollup_rows(engine: AsyncEngine) -> dict[str, int]:
-    """Rows per rollup table (for ``hearth rollups rebuild``'s summary and the tests; a count over small tables)."""
-    async with engine.connect() as conn:
-        return {grain: int((await conn.execute(select(func.count()).select_from(table))).scalar_one())
-                for grain, (_, table) in GRAINS.items()}
+    return RebuildReport(datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC), rows, written)

@@ -1,4 +1,5 @@
-"""Request-log rollups: ``request_rollups_minute`` and ``request_rollups_hour`` (issue 13: the console at scale).
+"""The console at scale (issue 13): request-log rollups per minute, hour and day; indexes for the request-log
+filters and the task list's default order.
 
 Revision ID: 0027
 Revises: 0026
@@ -14,7 +15,9 @@ down_revision = "0026"
 branch_labels = None
 depends_on = None
 
-_TABLES = ("request_rollups_minute", "request_rollups_hour")
+_TABLES = ("request_rollups_minute", "request_rollups_hour", "request_rollups_day")
+_LOG_FILTERS = ("status", "endpoint", "error_code", "route")  # index names: ix_request_logs_<short>_created
+_SHORT = {"error_code": "error"}
 _LATENCY_BUCKETS = 16
 
 
@@ -35,8 +38,15 @@ def upgrade() -> None:
             sa.Column("latency_ms_sum", sa.Float, nullable=False),
             *(sa.Column(f"lat_{i}", sa.BigInteger, nullable=False) for i in range(_LATENCY_BUCKETS)),
         )
+    for column in _LOG_FILTERS:
+        op.create_index(f"ix_request_logs_{_SHORT.get(column, column)}_created", "request_logs",
+                        [column, "created_at"])
+    op.create_index("ix_tasks_created", "tasks", ["created_at", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_tasks_created", table_name="tasks")
+    for column in _LOG_FILTERS:
+        op.drop_index(f"ix_request_logs_{_SHORT.get(column, column)}_created", table_name="request_logs")
     for name in reversed(_TABLES):
         op.drop_table(name)
