@@ -34,6 +34,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.store.db import write_transaction
+from hearth.store.rows_insert import insert_rows
 from hearth.store.tables import (
     ROLLUP_LATENCY_BUCKETS,
     request_logs,
@@ -55,6 +56,7 @@ KEYS: Final = ("bucket", "caller", "model", "endpoint", "status_class")
 HISTOGRAM: Final = tuple(f"lat_{i}" for i in range(ROLLUP_LATENCY_BUCKETS))
 SUMS: Final = ("calls", "errors", "prompt_tokens", "completion_tokens", "cost", "latency_ms_sum", *HISTOGRAM)
 _FIRST_BIN: Final = SUMS.index("lat_0")
+_COLUMNS: Final = (*KEYS, *SUMS)
 _DAY_S: Final = 86_400
 
 Key = tuple[int, str, str, str, int]
@@ -81,8 +83,10 @@ def accumulate(into: Aggregates, rows: Iterable[Mapping[Any, Any]], width_s: int
     for row in rows:
         status = int(row["status"])
         latency = float(row["latency_ms"])
-        key = (int(epoch_s(row["created_at"]) // width_s) * width_s, row["caller"] or "", row["model"] or "",
-               row["endpoint"] or "", status_class(status))
+        created = row["created_at"]
+        at = created.timestamp() if created.tzinfo is not None else epoch_s(created)  # inlined: once per record
+        key = (int(at // width_s) * width_s, row["caller"] or "", row["model"] or "", row["endpoint"] or "",
+               status // 100 if 200 <= status <= 599 else 0)  # status_class(), inlined
         sums = into.get(key)
         if sums is None:
             sums = into[key] = [0] * len(SUMS)
@@ -96,10 +100,26 @@ def accumulate(into: Aggregates, rows: Iterable[Mapping[Any, Any]], width_s: int
     return into
 
 
+def coarsen(minutes: Aggregates, width_s: int) -> Aggregates:
+    """Minute aggregates summed into buckets of ``width_s`` (a multiple of 60): the hour and day rollups cost
+    one pass over the (few) minute keys instead of another over the records."""
+    if width_s == 60:
+        return minutes
+    out: Aggregates = {}
+    for (bucket, caller, model, endpoint, status), sums in minutes.items():
+        key = (bucket // width_s * width_s, caller, model, endpoint, status)
+        into = out.get(key)
+        if into is None:
+            out[key] = list(sums)
+        else:
+            for i, value in enumerate(sums):
+                into[i] += value
+    return out
+
+
 def _values(aggregates: Aggregates) -> list[dict[str, Any]]:
     """Parameter rows, in key order (the lock order every writer shares)."""
-    return [{**dict(zip(KEYS, key, strict=True)), **dict(zip(SUMS, aggregates[key], strict=True))}
-            for key in sorted(aggregates)]
+    return [dict(zip(_COLUMNS, (*key, *aggregates[key]), strict=True)) for key in sorted(aggregates)]
 
 
 _adding: dict[tuple[str, str], Any] = {}
@@ -119,8 +139,9 @@ async def add_to_rollups(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]
     """Add ``rows`` (request-log rows just inserted on ``conn``) to the minute and hour rollups, on ``conn``."""
     if not rows:
         return
+    minutes = accumulate({}, rows, 60)
     for width_s, table in GRAINS.values():
-        await conn.execute(_adding_upsert(table, conn.dialect.name), _values(accumulate({}, rows, width_s)))
+        await conn.execute(_adding_upsert(table, conn.dialect.name), _values(coarsen(minutes, width_s)))
 
 
 async def prune_rollups(engine: AsyncEngine, now_s: float, *, minute_keep_s: float, hour_keep_s: float) -> int:
@@ -195,7 +216,7 @@ async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, page_r
                                 "IN SHARE ROW EXCLUSIVE MODE"))
     t = request_logs
     low, high = datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC)
-    aggregates: dict[str, Aggregates] = {grain: {} for grain in GRAINS}
+    minutes: Aggregates = {}
     after: tuple[datetime, int] | None = None
     while True:
         conds: list[Any] = [t.c.created_at >= low, t.c.created_at < high]
@@ -205,17 +226,18 @@ async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, page_r
                                    .limit(page_rows))).mappings().all()
         if not page:
             break
-        for grain, (width_s, _) in GRAINS.items():
-            accumulate(aggregates[grain], page, width_s)
+        accumulate(minutes, page, 60)
         on_page(len(page))
         after = (page[-1]["created_at"], int(page[-1]["id"]))
         if len(page) < page_rows:
             break
-    for grain, (_, table) in GRAINS.items():
+    written = {}
+    for grain, (width_s, table) in GRAINS.items():
+        aggregates = coarsen(minutes, width_s)
         await conn.execute(delete(table).where(table.c.bucket >= start_s, table.c.bucket < end_s))
-        if aggregates[grain]:
-            await conn.execute(table.insert(), _values(aggregates[grain]))
-    return {grain: len(rows) for grain, rows in aggregates.items()}
+        await insert_rows(conn, table, _values(aggregates))
+        written[grain] = len(aggregates)
+    return written
 
 
 async def rebuild_rollups(engine: AsyncEngine, *, since: datetime | None, until: datetime | None = None,
