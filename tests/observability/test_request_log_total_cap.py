@@ -19,9 +19,9 @@ async def test_the_total_is_exact_up_to_the_cap_and_capped_beyond(engine, monkey
     async with engine.begin() as conn:
         await conn.execute(request_logs.insert(), [
             {**base, "request_id": f"r{i}", "caller": "a" if i < 5 else "b", "status": 200,
-             "created_at": now - timedelta(seconds=i)} for i in range(8)])
+             "created_at": now - timedelta(seconds=i)} for i in range(8)])  # r0: the newest, with the smallest id
     monkeypatch.setattr(request_log, "TOTAL_CAP", 6)
     total, capped, items = await query_request_logs(engine, {}, None, None, limit=2, offset=0)
-    assert (total, capped, [i["request_id"] for i in items]) == (6, True, ["r7", "r6"])  # newest id first
+    assert (total, capped, [i["request_id"] for i in items]) == (6, True, ["r0", "r1"])  # newest first
     total, capped, items = await query_request_logs(engine, {"caller": "a"}, None, None, limit=10, offset=3)
     assert (total, capped, len(items)) == (5, False, 2)

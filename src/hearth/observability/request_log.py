@@ -325,7 +325,8 @@ TOTAL_CAP = 10_000
 async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since: datetime | None,
                              until: datetime | None, *, limit: int,
                              offset: int) -> tuple[int, bool, list[dict[str, Any]]]:
-    """(matching rows up to :data:`TOTAL_CAP`, whether there are more, the page at ``offset``, newest first)."""
+    """(matching rows up to :data:`TOTAL_CAP`, whether there are more, the page at ``offset``, newest first by
+    ``(created_at, id)``)."""
     conds = [request_logs.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
     if since is not None:
         conds.append(request_logs.c.created_at >= since)
@@ -334,8 +335,12 @@ async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since
     bounded = select(request_logs.c.id).where(*conds).limit(TOTAL_CAP + 1).subquery()
     async with engine.connect() as conn:
         total = (await conn.execute(select(func.count()).select_from(bounded))).scalar_one()
+        # (created_at, id), as the console's list: a filter's (column, created_at) index then serves the order even
+        # in a generic plan (by id alone, asyncpg's prepared statement walked the whole table for a status no
+        # row had: 520 ms at a million rows)
         rows = (await conn.execute(select(request_logs).where(*conds)
-                                   .order_by(request_logs.c.id.desc()).limit(limit).offset(offset))).mappings().all()
+                                   .order_by(request_logs.c.created_at.desc(), request_logs.c.id.desc())
+                                   .limit(limit).offset(offset))).mappings().all()
     out = []
     for r in rows:
         d = dict(r)
