@@ -311,7 +311,7 @@ def targets(k: dict[str, Any]) -> list[tuple[str, str, bool]]:
            "/api/v1/reviews?state=pending", "/api/v1/schedules", "/api/v1/admin/usage?window=24h",
            "/api/v1/admin/usage?window=30d&group_by=model", "/api/v1/admin/alerts", "/api/v1/ai/callbacks",
            "/api/v1/usage?period=day", "/api/v1/usage?period=month&caller=app-4", "/api/v1/prompts",
-           "/api/v1/workflows", "/api/v1/workflows/runs", "/api/v1/admin/callers", "/api/v1/admin/endpoints"]
+           "/api/v1/workflows", "/api/v1/admin/callers", "/api/v1/admin/endpoints"]
     return [("console", p, False) for p in console] + [("api", p, True) for p in api]
 
 
