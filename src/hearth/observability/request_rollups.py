@@ -208,12 +208,18 @@ async def _first_log_at(engine: AsyncEngine) -> datetime | None:
 async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, page_rows: int,
                          on_page: Callable[[int], None]) -> dict[str, int]:
     """Replace the rollups of ``[start_s, end_s)`` (from a day's start) by the aggregates of its raw rows; the
-    rows written per grain. On PostgreSQL the rollup tables are locked first (writers' upserts wait), so a
-    batch committed meanwhile is either read here or adds itself after this transaction: never both, never
-    neither. SQLite has one writer at a time anyway."""
+    rows written per grain.
+
+    Writers are held off before anything is read, so a batch committed meanwhile is either read here or adds
+    itself after this transaction — never both, never neither: on PostgreSQL the rollup tables are locked
+    (writers' upserts wait), on SQLite the first DELETE takes the database's write lock (writers wait in
+    their busy timeout) before the transaction's snapshot is read.
+    """
     if conn.dialect.name == "postgresql":
         await conn.execute(text("LOCK TABLE request_rollups_minute, request_rollups_hour, request_rollups_day "
                                 "IN SHARE ROW EXCLUSIVE MODE"))
+    for _, table in GRAINS.values():
+        await conn.execute(delete(table).where(table.c.bucket >= start_s, table.c.bucket < end_s))
     t = request_logs
     low, high = datetime.fromtimestamp(start_s, UTC), datetime.fromtimestamp(end_s, UTC)
     minutes: Aggregates = {}
@@ -234,7 +240,6 @@ async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, page_r
     written = {}
     for grain, (width_s, table) in GRAINS.items():
         aggregates = coarsen(minutes, width_s)
-        await conn.execute(delete(table).where(table.c.bucket >= start_s, table.c.bucket < end_s))
         await insert_rows(conn, table, _values(aggregates))
         written[grain] = len(aggregates)
     return written
