@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, Integer, String, case, func, select
+from sqlalchemy import BigInteger, Float, Integer, String, bindparam, case, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
@@ -317,6 +317,15 @@ _FILTERS = ("caller", "model", "endpoint", "status", "error_code", "request_id",
             "scene", "task_id")
 
 
+def _filter_conditions(filters: dict[str, Any]) -> list[Any]:
+    """``column = value`` for each filter, the value rendered into the SQL text (quoted by SQLAlchemy's literal
+    processor for the column's type), not bound: each value then gets its own prepared statement and plan.
+    With one statement for every value, PostgreSQL settled on a generic plan after five executions with a
+    common status and used it for a status no row has, walking a million rows (520 ms instead of 1 ms)."""
+    return [request_logs.c[k] == bindparam(None, v, type_=request_logs.c[k].type, literal_execute=True)
+            for k, v in filters.items() if k in _FILTERS and v is not None]
+
+
 #: ``GET /api/v1/request-logs`` counts matching rows up to this many, never more (a count over a million rows
 #: took 250–500 ms on PostgreSQL): beyond it ``total`` is this number and ``total_capped`` is true.
 TOTAL_CAP = 10_000
@@ -327,7 +336,7 @@ async def query_request_logs(engine: AsyncEngine, filters: dict[str, Any], since
                              offset: int) -> tuple[int, bool, list[dict[str, Any]]]:
     """(matching rows up to :data:`TOTAL_CAP`, whether there are more, the page at ``offset``, newest first by
     ``(created_at, id)``)."""
-    conds = [request_logs.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
+    conds = _filter_conditions(filters)
     if since is not None:
         conds.append(request_logs.c.created_at >= since)
     if until is not None:
@@ -406,7 +415,7 @@ async def request_log_page(engine: AsyncEngine, filters: dict[str, Any], *, afte
     follows an index and stops after ``limit`` rows; other filters read index order until ``limit`` match.
     """
     t = request_logs
-    conds: list[Any] = [t.c[k] == v for k, v in filters.items() if k in _FILTERS and v is not None]
+    conds: list[Any] = _filter_conditions(filters)
     if after is not None:
         at, row_id = after
         # ``created_at <= at`` on its own bounds the index range (the OR alone made PostgreSQL walk every newer
