@@ -4,6 +4,7 @@ rebuild reproduces them from the raw rows; pruning keeps each grain's retention;
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -160,3 +161,21 @@ def test_p95_is_interpolated_inside_its_histogram_bucket():
 
 def test_status_classes():
     assert [status_class(s) for s in (200, 302, 429, 499, 503, 0, 600)] == [2, 3, 4, 4, 5, 0, 0]
+
+
+async def test_a_rebuild_while_the_writer_writes_counts_every_row_once(engine):
+    await write(engine, traffic()[:20])
+    writer = RequestLogWriter(engine, batch=3)
+
+    async def keep_writing() -> None:
+        for r in traffic()[20:]:
+            writer.submit(r)
+            await writer.flush()
+            await asyncio.sleep(0)
+
+    await asyncio.gather(rebuild_rollups(engine, since=None, until=T0 + timedelta(minutes=10), page_rows=2),
+                         keep_writing())
+    for grain, (width_s, _) in GRAINS.items():
+        got = await rollups(engine, grain)
+        assert headline(got) == await from_raw(engine, width_s), grain
+        assert sum(v[0] for v in got.values()) == 40
