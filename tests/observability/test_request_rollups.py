@@ -22,7 +22,7 @@ from hearth.observability.request_rollups import (
     status_class,
 )
 from hearth.store.tables import request_logs, request_rollups_hour, request_rollups_minute
-from tests.observability.test_request_log_writer import record
+from tests.support import request_log_record as record
 
 T0 = datetime(2026, 3, 1, 23, 58, 10, tzinfo=UTC)  # two minutes before midnight: minutes, hours and days change
 

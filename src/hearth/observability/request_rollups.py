@@ -205,7 +205,7 @@ async def _first_log_at(engine: AsyncEngine) -> datetime | None:
     return first if isinstance(first, datetime) else None
 
 
-async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, page_rows: int,
+async def _rebuild_range(conn: AsyncConnection, start_s: int, end_s: int, *, page_rows: int,
                          on_page: Callable[[int], None]) -> dict[str, int]:
     """Replace the rollups of ``[start_s, end_s)`` (from a day's start) by the aggregates of its raw rows; the
     rows written per grain.
@@ -274,7 +274,7 @@ async def rebuild_rollups(engine: AsyncEngine, *, since: datetime | None, until:
 
     for done, (low, high) in enumerate(pairwise(cuts)):
         async with write_transaction(engine) as conn:
-            for grain, count in (await _rebuild_range(conn, low, high, page_rows, page_done)).items():
+            for grain, count in (await _rebuild_range(conn, low, high, page_rows=page_rows, on_page=page_done)).items():
                 written[grain] += count
         if on_progress is not None:
             on_progress(RebuildProgress(done + 1, days, rows))
