@@ -76,8 +76,8 @@ def epoch_s(when: datetime) -> float:
 def accumulate(into: Aggregates, rows: Iterable[Mapping[Any, Any]], width_s: int) -> Aggregates:
     """Add request-log rows (mappings with the table's column names) to ``into``, bucketed by ``width_s``.
 
-    A value of the wrong type raises ``TypeError``: in the writer's transaction that refuses the batch,
-    whose bad row is then isolated like any row the database refuses.
+    A value of the wrong type raises ``TypeError`` or ``ValueError``: in the writer's transaction that refuses
+    the batch, whose bad row is then isolated like any row the database refuses.
     """
     bins = LATENCY_BOUNDS_MS
     for row in rows:
@@ -126,7 +126,7 @@ _adding: dict[tuple[str, str], Any] = {}
 
 
 def _adding_upsert(table: Table, dialect: str) -> Any:
-    """``INSERT … ON CONFLICT (key) DO UPDATE SET sum = sum + excluded.sum`` for ``table`` (compiled once)."""
+    """``INSERT … ON CONFLICT (key) DO UPDATE SET sum = sum + excluded.sum`` for ``table`` (built once)."""
     stmt = _adding.get((table.name, dialect))
     if stmt is None:
         insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
