@@ -9,7 +9,9 @@ Batches go through :func:`hearth.store.batch_insert.insert_isolating`: a row the
 despite the bounding (a constraint, a value of the wrong type) is found by bisection and recorded in
 ``dead_rows`` (``dead``) while every other caller's row is written; when the database is unavailable
 the rows stay queued (oldest dropped first if the queue overflows) and are retried with a backoff of
-``flush_s`` doubling up to 5 s. This module owns the ``request_logs`` table.
+``flush_s`` doubling up to 5 s. Each batch also adds to the per-minute, hour and day rollups in the
+same transaction (:mod:`hearth.observability.request_rollups`), and the writer prunes rollups past their
+retention every :data:`PRUNE_EVERY_S`. This module owns the ``request_logs`` table.
 """
 
 from __future__ import annotations
