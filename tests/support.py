@@ -18,12 +18,14 @@ import sys
 import time
 import zlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from sqlalchemy import func, select
 
+from hearth.observability.request_log import RequestLogRecord
 from hearth.state.base import StateBackend
 from hearth.state.memory import MemoryState
 from hearth.store.db import create_engine
@@ -296,3 +298,15 @@ def png_image(data: bytes) -> tuple[int, int, list[bytes]]:
     assert (depth, colour) == (8, 3), (depth, colour)
     assert len(zlib.decompress(idat)) == height * (1 + width)
     return width, height, kinds
+
+
+def request_log_record(i: int, **over: Any) -> RequestLogRecord:
+    """A request-log record of a successful call (request id ``req-{i}``, now), with ``over`` changed."""
+    values: dict[str, Any] = dict(
+        request_id=f"req-{i}", created_at=datetime.now(UTC), caller="tester", route="chat", model="m",
+        endpoint="a", upstream_model="up", stream=False, status=200, error_code=None, attempts=1,
+        prompt_tokens=10, completion_tokens=20, usage_estimated=False, cost=0.001, latency_ms=12.5,
+        ttft_ms=None, end_user="u", tenant="t", client_ip="10.0.0.1", scene=None, fallback_used=False,
+        attempted_models=["m"], effective_max_tokens=100, estimated_cost=0.002)
+    values.update(over)
+    return RequestLogRecord(**values)

@@ -41,6 +41,7 @@ from hearth.api import (
     reviews,
     schedules,
     tasks,
+    usage_admin,
     workflow_runs,
     workflows,
 )
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(callers_admin.router)  # before admin.router: its /{kind} routes would claim /callers
     app.include_router(alerts.router)  # before admin.router: its /{kind} routes would claim /alerts
     app.include_router(admin_operations.router)  # before admin.router: its /{kind} routes would claim /queues
+    app.include_router(usage_admin.router)  # before admin.router: its /{kind} routes would claim /usage
     app.include_router(admin.router)
     app.include_router(request_logs.router)
     app.include_router(budgets.router)

@@ -481,5 +481,50 @@ def fake_upstream(
     run(host, port, latency_ms=latency_ms, chunks=chunks, chunk_delay_ms=chunk_delay_ms)
 
 
+rollups_app = typer.Typer(help="Request-log rollups (what the console's charts and usage read).", no_args_is_help=True)
+app.add_typer(rollups_app, name="rollups")
+
+
+@rollups_app.command(name="rebuild")
+def rollups_rebuild(
+    since: Annotated[str | None, typer.Option(help="ISO-8601 time (UTC unless it says); from its UTC day on. "
+                                              "Default: the first request log")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+) -> None:
+    """Recompute the per-minute, per-hour and per-day rollups from the raw request logs (one day per transaction,
+    keyset-paged; safe while servers run). Rollups before the day of ``--since`` are kept."""
+    from datetime import UTC, datetime
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from hearth.observability.request_rollups import RebuildProgress, rebuild_rollups
+    from hearth.operator_cli.output import console
+
+    start = None
+    if since is not None:
+        try:
+            start = datetime.fromisoformat(since)
+        except ValueError as exc:
+            typer.echo(f"error: --since {since!r} is not an ISO-8601 time", err=True)
+            raise typer.Exit(2) from exc
+        start = start if start.tzinfo is not None else start.replace(tzinfo=UTC)
+    err = console(stderr=True)
+    columns = (TextColumn("rebuild {task.fields[rows]:,} rows"), BarColumn(), MofNCompleteColumn(), TextColumn("days"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
+        bar = progress.add_task("rebuild", total=None, rows=0)
+
+        def show(p: RebuildProgress) -> None:
+            progress.update(bar, total=p.days, completed=p.days_done, rows=p.rows)
+
+        report = _on_database(lambda engine: rebuild_rollups(engine, since=start, on_progress=show))
+    if report.since is None:
+        typer.echo("no request logs: nothing to rebuild")
+        return
+    grains = ", ".join(f"{count:,} {grain} rows" for grain, count in report.written.items())
+    typer.echo(f"rebuilt {report.since:%Y-%m-%d %H:%M} to {report.until:%Y-%m-%d %H:%M} UTC from {report.rows:,} "
+               f"request logs: {grains}")
+
+
 if __name__ == "__main__":
     app()

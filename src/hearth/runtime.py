@@ -309,6 +309,7 @@ async def start_runtime(settings: Settings) -> Runtime:
     }
     writer = RequestLogWriter(engine, settings.request_log_queue, settings.request_log_batch,
                               settings.request_log_flush_s)
+    writer.rollup_retention_s = (settings.rollup_minute_retention_s, settings.rollup_hour_retention_s)
     ledger = BudgetLedger(engine, state, commit_timeout_s=settings.ledger_commit_timeout_s)
     gateway_box: list[Gateway] = []
     recovery = StateRecovery(state, engine, lambda: gateway_box[0].registry if gateway_box else registry,

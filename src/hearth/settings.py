@@ -272,6 +272,10 @@ class Settings(BaseSettings):
                                             "the outbox before the relay deletes them")
     image_url_ttl_s: float = Field(default=3600.0, gt=0, le=30 * 86400, description="how long the signed URL of a "
                                    "generated image (`response_format: url`, docs/images.md) stays valid")
+    rollup_minute_retention_s: float = Field(default=8 * 86_400.0, gt=0, description="how long per-minute request "
+                                             "rollups are kept (windows under a day read them)")
+    rollup_hour_retention_s: float = Field(default=400 * 86_400.0, gt=0, description="how long per-hour request "
+                                           "rollups are kept (windows of a day and more read them)")
 
     @field_validator("quota_time_zone")
     @classmethod

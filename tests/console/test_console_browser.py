@@ -87,9 +87,13 @@ async def test_the_overview_charts_recent_traffic_and_errors(fake, server, page,
     await page.goto("/console/overview?window=15m")
     await expect(page.get_by_test_id("calls")).to_have_text("8")
     await expect(page.locator(".stats")).to_contain_text("errors (25.0 %)")
-    assert await page.locator("svg.chart").count() == 4
+    assert await page.locator("svg.chart").count() == 5  # calls, errors, cost, tokens, latency p95
     assert await page.locator("svg.chart rect[height]:not([height='0.0'])").count() >= 3
     await shots.take(page, "overview")
+    await page.click("header nav a[href='/console/usage']")  # the same calls per caller, from the rollups
+    await expect(page.locator("h1")).to_have_text("Callers & usage")
+    await expect(page.locator("tr[data-group='tester'] td.calls")).to_have_text("8")
+    await shots.take(page, "usage")
     await page.click("header nav a[href='/console/request-logs']")
     await expect(page.locator("tr[data-request]")).to_have_count(8)
     await page.fill("input[name=status]", "400")

@@ -12,29 +12,18 @@ import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from hearth.observability.request_id import MAX_REQUEST_ID
-from hearth.observability.request_log import RequestLogRecord, RequestLogWriter, bound_record
+from hearth.observability.request_log import RequestLogWriter, bound_record
 from hearth.store.db import create_engine, migrate
 from hearth.store.tables import dead_rows, request_logs
 from tests.store.tcp_proxy import TcpProxy
 from tests.support import PG_ADMIN_DSN
-
-
-def record(i: int, **over: Any) -> RequestLogRecord:
-    values: dict[str, Any] = dict(
-        request_id=f"req-{i}", created_at=datetime.now(UTC), caller="tester", route="chat", model="m",
-        endpoint="a", upstream_model="up", stream=False, status=200, error_code=None, attempts=1,
-        prompt_tokens=10, completion_tokens=20, usage_estimated=False, cost=0.001, latency_ms=12.5,
-        ttft_ms=None, end_user="u", tenant="t", client_ip="10.0.0.1", scene=None, fallback_used=False,
-        attempted_models=["m"], effective_max_tokens=100, estimated_cost=0.002)
-    values.update(over)
-    return RequestLogRecord(**values)
+from tests.support import request_log_record as record
 
 
 async def logged(engine: AsyncEngine) -> dict[str, dict[str, Any]]:

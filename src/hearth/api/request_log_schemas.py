@@ -62,10 +62,11 @@ class RequestLogItem(BaseModel):
 
 
 class RequestLogPage(BaseModel):
-    total: int
+    total: int = Field(description="matching rows, counted up to 10,000 (see total_capped)")
     limit: int
     offset: int
     items: list[RequestLogItem]
+    total_capped: bool = Field(default=False, description="more than 10,000 rows match: total is 10,000")
 
 
 class RequestLogEnvelope(BaseModel):

@@ -36,5 +36,6 @@ async def list_request_logs(
 ) -> Response:
     filters = {"caller": caller, "model": model, "endpoint": endpoint, "status": status, "error_code": error_code,
                "request_id": request_id, "route": route, "end_user": end_user, "task_id": task_id}
-    total, items = await query_request_logs(runtime(request).engine, filters, since, until, limit=limit, offset=offset)
-    return ok(request, {"total": total, "limit": limit, "offset": offset, "items": items})
+    total, capped, items = await query_request_logs(runtime(request).engine, filters, since, until, limit=limit,
+                                                    offset=offset)
+    return ok(request, {"total": total, "limit": limit, "offset": offset, "items": items, "total_capped": capped})

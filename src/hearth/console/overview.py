@@ -1,17 +1,12 @@
-"""The overview page: traffic, errors, cost and latency over a recent window, as inline SVG charts.
+"""The overview page: traffic, errors, cost, tokens and latency over a recent window, as inline SVG charts.
 
-There are no rollup tables yet, so the page reads the newest calls of the window from the request logs —
-one index range scan bounded by :data:`MAX_ROWS` — and buckets them here. When the window holds more
-calls than that, the page says the charts cover only the newest ones (never a count over the table).
+Everything comes from the request-log rollups (:mod:`hearth.observability.rollup_reports`): per-minute rows
+for windows under a day, per-hour rows beyond, so the page reads a number of rows bounded by the window's
+buckets × the configured callers, models and endpoints — never a scan or a count of the raw request logs.
+The p95 latency is estimated from the rollups' fixed-bound histograms.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Final
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -20,76 +15,40 @@ from hearth.api.deps import runtime
 from hearth.console.auth import require
 from hearth.console.charts import bars
 from hearth.console.render import page
-from hearth.observability.request_log import recent_calls
+from hearth.observability.rollup_reports import WINDOWS, Bar, Totals, traffic_series
 
 router = APIRouter()
-MAX_ROWS: Final = 20_000
-WINDOWS: Final = {"15m": (timedelta(minutes=15), 15), "1h": (timedelta(hours=1), 60),
-                  "6h": (timedelta(hours=6), 72), "24h": (timedelta(hours=24), 96)}
+DEFAULT_WINDOW = "1h"
 
 
-@dataclass
-class Bucket:
-    start: datetime
-    calls: int = 0
-    errors: int = 0
-    cost: float = 0.0
-    tokens: int = 0
-    latencies: list[float] = field(default_factory=list)
-
-    @property
-    def p95_ms(self) -> float:
-        if not self.latencies:
-            return 0.0
-        ordered = sorted(self.latencies)
-        return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
-
-
-def bucketize(rows: Sequence[tuple[datetime, int, float, float, int]], *, since: datetime, width: timedelta,
-              count: int) -> list[Bucket]:
-    """``count`` consecutive buckets of ``width`` from ``since``; rows outside them are ignored."""
-    out = [Bucket(since + i * width) for i in range(count)]
-    for created, status, cost, latency, tokens in rows:
-        i = math.floor((created - since) / width)
-        if 0 <= i < count:
-            b = out[i]
-            b.calls += 1
-            b.errors += status >= 400
-            b.cost += cost
-            b.tokens += tokens
-            b.latencies.append(latency)
+def window_totals(series: list[Bar]) -> Totals:
+    """The sums of every bar of ``series``."""
+    out = Totals()
+    for bar in series:
+        out.merge(bar.totals)
     return out
 
 
 @router.get("/overview", include_in_schema=False)
 async def overview(request: Request) -> Response:
     console = await require(request)
-    window = request.query_params.get("window", "1h")
-    span, count = WINDOWS.get(window, WINDOWS["1h"])
-    window = window if window in WINDOWS else "1h"
-    now = datetime.now(UTC)
-    since = now - span
-    rows = await recent_calls(runtime(request).engine, since=since, limit=MAX_ROWS)
-    truncated = len(rows) >= MAX_ROWS
-    if truncated:
-        since = rows[-1][0]
-    buckets = bucketize(rows, since=since, width=(now - since) / count, count=count)
+    window = request.query_params.get("window", DEFAULT_WINDOW)
+    window = window if window in WINDOWS else DEFAULT_WINDOW
+    spec = WINDOWS[window]
+    series = await traffic_series(runtime(request).engine, spec)
+    label_format = "%H:%M" if spec.span_s <= 86_400 else "%m-%d %H:%M"
 
-    def label(b: Bucket) -> str:
-        return b.start.strftime("%H:%M")
+    def points(value: str) -> list[tuple[str, float]]:
+        return [(bar.start.strftime(label_format), float(getattr(bar.totals, value))) for bar in series]
 
-    calls = sum(b.calls for b in buckets)
-    errors = sum(b.errors for b in buckets)
-    latencies = sorted(lat for b in buckets for lat in b.latencies)
-    totals = {"calls": calls, "errors": errors, "error_rate": errors / calls if calls else 0.0,
-              "cost": sum(b.cost for b in buckets), "tokens": sum(b.tokens for b in buckets),
-              "p95_ms": latencies[max(0, math.ceil(0.95 * len(latencies)) - 1)] if latencies else 0.0}
-    charts = [bars("Calls", [(label(b), b.calls) for b in buckets]),
-              bars("Errors (status ≥ 400)", [(label(b), b.errors) for b in buckets], colour="#dc2626"),
-              bars("Cost", [(label(b), b.cost) for b in buckets], colour="#16a34a"),
-              bars("Latency p95", [(label(b), b.p95_ms) for b in buckets], unit=" ms", colour="#9333ea")]
+    totals = window_totals(series)
+    charts = [bars("Calls", points("calls")),
+              bars("Errors (status ≥ 400)", points("errors"), colour="#dc2626"),
+              bars("Cost", points("cost"), colour="#16a34a"),
+              bars("Tokens", points("tokens"), colour="#0891b2"),
+              bars("Latency p95 (estimated)", points("p95_ms"), unit=" ms", colour="#9333ea")]
     rt = runtime(request)
     return page(request, "overview.html", console, window=window, windows=list(WINDOWS), charts=charts,
-                totals=totals, truncated=truncated, max_rows=MAX_ROWS, since=since,
+                totals=totals, since=series[0].start, granularity=spec.grain,
                 writer=rt.log_writer.stats(), registry_version=rt.gateway.registry.version,
                 state_backend=rt.state.name, endpoints=len(rt.gateway.registry.endpoints))

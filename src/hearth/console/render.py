@@ -65,7 +65,7 @@ ENV.globals.update(query=_query)
 
 NAV: Final = (("overview", "Overview"), ("endpoints", "Endpoints"), ("request-logs", "Calls"), ("tasks", "Tasks"),
               ("dead-letters", "Dead letters"), ("reviews", "Reviews"), ("prompts", "Prompts"),
-              ("schedules", "Schedules"), ("budgets", "Budgets"), ("playground", "Playground"),
+              ("schedules", "Schedules"), ("budgets", "Budgets"), ("usage", "Usage"), ("playground", "Playground"),
               ("workflows", "Workflows"), ("runs", "Runs"), ("queues", "Queues"), ("quota-groups", "Quota groups"))
 
 

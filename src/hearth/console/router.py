@@ -21,6 +21,7 @@ from hearth.console import (
     reviews,
     schedules,
     tasks,
+    usage,
     workflows,
 )
 from hearth.console.auth import ConsoleRedirect, ConsoleRefused, current
@@ -30,7 +31,7 @@ router = APIRouter(prefix="/console", include_in_schema=False)
 for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, schedules, budgets,
                 playground):
     router.include_router(_module.router)
-for _module in (quota_groups, workflows, queues):
+for _module in (quota_groups, workflows, queues, usage):
     router.include_router(_module.router)
 
 

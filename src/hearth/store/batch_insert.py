@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -46,7 +46,7 @@ from sqlalchemy.exc import (
     StatementError,
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.observability.logging import get_logger, scrub
 from hearth.store.db import write_transaction
@@ -81,7 +81,9 @@ class InsertOutcome:
 
 
 async def insert_isolating(engine: AsyncEngine, table: Table, rows: Sequence[dict[str, Any]], *, writer: str,
-                           row_key: str) -> InsertOutcome:
+                           row_key: str,
+                           also: Callable[[AsyncConnection, Sequence[dict[str, Any]]], Awaitable[None]] | None = None,
+                           ) -> InsertOutcome:
     """Insert ``rows`` into ``table``; isolate the rows the database refuses; never raise for a row.
 
     The whole batch is tried in one transaction first (the usual case costs nothing more). If the
@@ -104,6 +106,9 @@ async def insert_isolating(engine: AsyncEngine, table: Table, rows: Sequence[dic
     row's key and the error class is logged and the row is counted in ``lost``.
 
     ``CancelledError`` is not caught: a writer cancelled mid-call loses the rows in flight.
+
+    ``also`` runs in each chunk's transaction after its insert, with the chunk's rows (the request-log
+    rollups): what it writes commits with them or not at all, and an error it raises counts as the chunk's.
     """
     if not rows:
         return InsertOutcome()
@@ -117,6 +122,8 @@ async def insert_isolating(engine: AsyncEngine, table: Table, rows: Sequence[dic
         try:
             async with write_transaction(engine) as conn:
                 await insert_rows(conn, table, chunk)
+                if also is not None:
+                    await also(conn, chunk)
         except Exception as exc:
             error = type(exc).__name__
             if await _classify(engine, table, exc) == _UNAVAILABLE:

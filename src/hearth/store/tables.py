@@ -302,6 +302,11 @@ Index("ix_request_logs_model_created", request_logs.c.model, request_logs.c.crea
 Index("ix_request_logs_request_id", request_logs.c.request_id)
 Index("ix_request_logs_prompt", request_logs.c.prompt_code, request_logs.c.created_at)
 Index("ix_request_logs_task", request_logs.c.task_id)
+# 0027: the console's other filters, so a filter that matches few rows (or none) never walks the whole table
+Index("ix_request_logs_status_created", request_logs.c.status, request_logs.c.created_at)
+Index("ix_request_logs_endpoint_created", request_logs.c.endpoint, request_logs.c.created_at)
+Index("ix_request_logs_error_created", request_logs.c.error_code, request_logs.c.created_at)
+Index("ix_request_logs_route_created", request_logs.c.route, request_logs.c.created_at)
 
 # owner: hearth.store.batch_insert — rows a batch writer's table refused (bad data), kept for operators
 dead_rows = Table(
@@ -373,6 +378,7 @@ Index("ix_tasks_waiting_run_after", tasks.c.run_after,
       postgresql_where=tasks.c.state == "waiting", sqlite_where=tasks.c.state == "waiting")
 Index("ix_tasks_updated", tasks.c.updated_at, tasks.c.id)
 Index("ix_tasks_caller_created", tasks.c.caller, tasks.c.created_at, tasks.c.id)
+Index("ix_tasks_created", tasks.c.created_at, tasks.c.id)  # 0027: every caller's tasks, newest first (console, admin)
 
 # owner: hearth.tasks.transitions — one row per attempt: who ran it, how it ended
 task_attempts = Table(
@@ -708,3 +714,33 @@ usage_outbox = Table(
 )
 Index("ix_usage_outbox_due", usage_outbox.c.sink, usage_outbox.c.state, usage_outbox.c.next_at)
 Index("ix_usage_outbox_delivered", usage_outbox.c.state, usage_outbox.c.delivered_at)
+
+# owner: hearth.observability.request_rollups — request logs aggregated per minute, hour and day (0027), added to by
+# the request-log writer in the same transaction as the rows; read by the console's overview and usage pages.
+# Dimensions are bounded by configuration ('' stands for none: a NULL would never meet its ON CONFLICT twin);
+# bucket is the epoch second the minute (hour, day) starts; lat_0..lat_15 count calls per latency bucket (bounds in
+# hearth.observability.request_rollups.LATENCY_BOUNDS_MS), so any window's p95 can be estimated by summing.
+ROLLUP_LATENCY_BUCKETS = 16
+
+
+def _rollup_table(name: str) -> Table:
+    return Table(
+        name, metadata,
+        Column("bucket", BigInteger, primary_key=True),
+        Column("caller", String(128), primary_key=True),
+        Column("model", String(128), primary_key=True),
+        Column("endpoint", String(128), primary_key=True),
+        Column("status_class", Integer, primary_key=True),  # 2, 3, 4, 5 (status // 100; 0 for anything else)
+        Column("calls", BigInteger, nullable=False),
+        Column("errors", BigInteger, nullable=False),  # status >= 400
+        Column("prompt_tokens", BigInteger, nullable=False),
+        Column("completion_tokens", BigInteger, nullable=False),
+        Column("cost", Float, nullable=False),
+        Column("latency_ms_sum", Float, nullable=False),
+        *(Column(f"lat_{i}", BigInteger, nullable=False) for i in range(ROLLUP_LATENCY_BUCKETS)),
+    )
+
+
+request_rollups_minute = _rollup_table("request_rollups_minute")
+request_rollups_hour = _rollup_table("request_rollups_hour")
+request_rollups_day = _rollup_table("request_rollups_day")  # UTC days: what 30-day windows read

@@ -3,7 +3,7 @@
 read however many runs there are (``created_at`` never changes, so a page boundary never moves).
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0028"
-down_revision = "0026"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 
