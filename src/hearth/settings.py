@@ -271,6 +271,11 @@ class Settings(BaseSettings):
     usage_outbox_retention_s: float = Field(default=86_400.0, ge=0, description="how long delivered rows stay in "
                                             "the outbox before the relay deletes them")
 
+    # the gRPC door (docs/grpc.md): hearth.v1.AiService, health checking and reflection, in the same process
+    grpc_port: int | None = Field(default=None, ge=0, le=65535, description="serve gRPC on this port too (`hearth "
+                                  "serve`); unset: no gRPC server. `0` picks a free port (tests)")
+    grpc_host: str | None = Field(default=None, description="gRPC listen address (default: `host`)")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
