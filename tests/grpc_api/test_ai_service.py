@@ -209,6 +209,17 @@ async def test_a_client_cancelling_a_stream_cancels_the_upstream_call(fake, grpc
     assert door.server.runtime.shutdown.streams.answers == set()
 
 
+async def test_a_client_cancelling_a_unary_call_before_the_answer_closes_the_upstream_request(fake, grpc_hearth, http):
+    fake.set_defaults(latency_ms=5000)
+    door = grpc_hearth(_registry(fake))
+    call = door.stub.Chat(_chat(), metadata=(*KEY, ("x-request-id", "grpc-cancel-unary")))
+    await _until(lambda: fake.stats.in_flight == 1)
+    call.cancel()
+    await _until(lambda: fake.stats.disconnects == 1)  # within moments, not after the upstream's 5 s
+    row = await request_log_row(http, door.server, "grpc-cancel-unary")
+    assert (row["status"], row["error_code"], row["attempts"]) == (499, "client_disconnected", 1)
+
+
 async def test_a_mid_stream_failure_ends_the_stream_with_its_status(fake, grpc_hearth):
     fake.set_defaults(chunks=10, disconnect_after_chunks=3)
     door = grpc_hearth(_registry(fake))
