@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from hearth.auth.signing import signed_headers
-from hearth.testing.fake_upstream import reply_text
+from hearth.testing.fake_upstream import reply_pieces, reply_text
 from hearth.v1 import ai_service_pb2 as pb
 from tests.support import (
     AUTH,
@@ -62,12 +62,12 @@ async def test_stream_chat_receives_the_same_text_as_the_sse_route(fake, grpc_he
     sse = await _sse_text(http, door.server.base_url, chat_body("the same prompt"))
     deltas, ends = [], []
     async for chunk in door.stub.StreamChat(_chat("the same prompt"), metadata=KEY):
+        assert not ends, "nothing comes after the final message"
+        deltas.append(chunk.delta)
         if chunk.HasField("done"):
             ends.append(chunk.done)
-        else:
-            deltas.append(chunk.delta)
     assert "".join(deltas) == sse == reply_text(12)
-    assert len(deltas) == 12 and len(ends) == 1  # text deltas, then one final message
+    assert len(ends) == 1  # text deltas (those that came together in one), the last one with `done`
     assert ends[0].finish_reason == "stop" and ends[0].model == "m"
     assert ends[0].usage.completion_tokens == 12 and ends[0].usage.total_tokens > 12
     row = await request_log_row(http, door.server, ends[0].request_id)
@@ -227,7 +227,7 @@ async def test_a_mid_stream_failure_ends_the_stream_with_its_status(fake, grpc_h
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         async for chunk in door.stub.StreamChat(_chat(), metadata=KEY):
             deltas.append(chunk.delta)
-    assert len(deltas) == 3
+    assert "".join(deltas) == "".join(reply_pieces(10)[:3])  # every piece of text before the cut
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert _trailer(caught.value, "hearth-error-code") == "upstream_stream_interrupted"
 

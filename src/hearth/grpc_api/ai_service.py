@@ -85,6 +85,12 @@ class AiService:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def closed(self) -> None:
+        """Every stream's relay is closed (the server's stop awaits this before the runtime closes)."""
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The method table (requests arrive as bytes: a signature covers the bytes as sent)."""
@@ -151,6 +157,8 @@ class AiService:
                                                              f"{send_timeout:g} s."), request_id)
             return None
         except StreamError as exc:
+            if exc.pending is not None:
+                await context.write(exc.pending)
             return from_stream_error(exc.code, exc.message, request_id)
         except asyncio.CancelledError:
             if not ending:
@@ -160,10 +168,11 @@ class AiService:
             return from_stream_error("service_shutting_down", _SHUTDOWN_MESSAGE, request_id)
         finally:
             streams.discard(end_for_shutdown)
-            if isinstance(frames, AsyncGenerator):  # ended early: its deadline timer goes now, not at GC
-                with contextlib.suppress(Exception):
-                    await frames.aclose()
-            await relay.close()
+            # Closed once the handler has returned, as the HTTP door closes after the body's end: the client
+            # has its status before the call is settled and logged (on a stream's own task, never cancelled).
+            closing = asyncio.get_running_loop().create_task(_close(relay, frames))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     def _context(self, call: _Authenticated, request: pb.ChatRequest) -> CallContext:
         md = call.metadata
@@ -224,6 +233,17 @@ class AiService:
             await _abort(context, from_hearth_error(HearthError("internal_error"), request_id))
         context.set_trailing_metadata((("x-request-id", request_id),))
         return result
+
+
+async def _close(relay: RelayStream, frames: object) -> None:
+    """Close a stream's relay: upstream closed, leases released, budgets settled, the request log written."""
+    try:
+        if isinstance(frames, AsyncGenerator):  # ended early: its deadline timer goes now, not at GC
+            with contextlib.suppress(Exception):
+                await frames.aclose()
+        await relay.close()
+    except Exception as exc:  # logged: nobody awaits this task's result
+        log.error("grpc_stream_close_failed", error=type(exc).__name__, exc_info=exc)
 
 
 def capability_response(data: dict[str, Any], request_id: str) -> pb.CapabilityResponse:

@@ -79,16 +79,18 @@ def chat_response(body: bytes, request_id: str) -> ChatResponse:
 class StreamError(Exception):
     """The stream ended with an error event (its stable code and message)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, pending: ChatChunk | None = None) -> None:
         self.code = code
         self.message = message
+        self.pending = pending  # the text that came in the same batch, before the error: sent first
         super().__init__(message)
 
 
 @dataclass(slots=True)
 class ChunkReader:
-    """Turns the relay's SSE frames into :class:`ChatChunk` messages: one per content delta, then one
-    final message with the finish reason and usage at ``[DONE]``; an error event raises :class:`StreamError`."""
+    """Turns the relay's SSE frames into :class:`ChatChunk` messages: the text deltas, then one final message
+    with the finish reason and usage at ``[DONE]`` (its ``delta`` the last text, when that came in the same
+    batch); an error event raises :class:`StreamError`."""
 
     request_id: str
     parser: SSEParser = field(default_factory=SSEParser)
@@ -98,12 +100,18 @@ class ChunkReader:
     id: str = ""
 
     def read(self, frames: bytes) -> list[ChatChunk]:
+        """The messages for one batch of the relay's frames: the deltas of events that arrived together
+        are sent as one message, the final one included (one write, one HTTP/2 frame: a message costs
+        more than its text)."""
         out: list[ChatChunk] = []
+        text: list[str] = []
         for event in self.parser.feed(frames):
             data = event.data
-            if data == b"[DONE]":
-                out.append(ChatChunk(done=StreamEnd(finish_reason=self.finish_reason, usage=self.usage,
-                                                    model=self.model, id=self.id, request_id=self.request_id)))
+            if data == b"[DONE]":  # the final message, with the last text if it came in this batch
+                out.append(ChatChunk(delta="".join(text), done=StreamEnd(
+                    finish_reason=self.finish_reason, usage=self.usage, model=self.model, id=self.id,
+                    request_id=self.request_id)))
+                text = []
                 continue
             try:
                 chunk = orjson.loads(data)
@@ -113,10 +121,13 @@ class ChunkReader:
                 continue
             error = chunk.get("error")
             if isinstance(error, dict):
-                raise StreamError(str(error.get("code") or "upstream_stream_error"), str(error.get("message") or ""))
+                raise StreamError(str(error.get("code") or "upstream_stream_error"), str(error.get("message") or ""),
+                                  pending=ChatChunk(delta="".join(text)) if text else None)
             delta = self._take(chunk)
             if delta:
-                out.append(ChatChunk(delta=delta))
+                text.append(delta)
+        if text:
+            out.append(ChatChunk(delta="".join(text)))
         return out
 
     def _take(self, chunk: dict[str, Any]) -> str:

@@ -35,10 +35,11 @@ STOP_MARGIN_S = 3.0  # past the stream grace: for the streams ended then to send
 class GrpcDoor:
     """One process's gRPC server (see the module docstring)."""
 
-    def __init__(self, rt: Runtime, server: Any, port: int) -> None:
+    def __init__(self, rt: Runtime, server: Any, port: int, service: AiService) -> None:
         self.rt = rt
         self.server = server
         self.port = port
+        self.service = service
         self._stopping: asyncio.Task[None] | None = None
 
     @classmethod
@@ -48,7 +49,8 @@ class GrpcDoor:
         options = [("grpc.max_receive_message_length", s.max_request_bytes),
                    ("grpc.so_reuseport", 1 if s.workers > 1 else 0)]
         server = grpc.aio.server(options=options)
-        server.add_generic_rpc_handlers((AiService(rt).handler(),
+        service = AiService(rt)
+        server.add_generic_rpc_handlers((service.handler(),
                                          ReadinessHealth(rt, frozenset({SERVICE})).handler()))
         reflection.enable_server_reflection((SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME), server)
         host = s.grpc_host or s.host
@@ -58,7 +60,7 @@ class GrpcDoor:
         except RuntimeError as exc:  # grpc raises when it cannot bind
             raise SystemExit(f"grpc_port: cannot listen on {address} ({exc})") from exc
         await server.start()
-        door = cls(rt, server, port)
+        door = cls(rt, server, port, service)
         rt.shutdown.on_begin(door.begin_stop)
         log.info("grpc_listening", address=f"{host}:{port}")
         return door
@@ -75,3 +77,4 @@ class GrpcDoor:
         self.begin_stop()
         assert self._stopping is not None
         await self._stopping
+        await self.service.closed()  # the streams' calls settled and logged before the runtime closes

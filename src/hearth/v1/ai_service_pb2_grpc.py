@@ -82,7 +82,7 @@ class AiServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamChat(self, request, context):
-        """The same, streamed: text deltas, then one final message with the finish reason and the usage.
+        """The same, streamed: text deltas, the final message with the finish reason and the usage.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

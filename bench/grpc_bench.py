@@ -1,0 +1,159 @@
+"""The gRPC door's cost over the HTTP chat route at c=1 (issue 14), loopback only.
+
+One Hearth process (``hearth serve`` with ``HEARTH_GRPC_PORT``, memory state, SQLite, request logging on)
+pinned to the system-under-test core; the fake upstream (20 chunks, no latency) and this client on the
+other core. The same Hearth serves both doors, so both routes are measured in one run, **interleaved**
+request by request (the order alternates each iteration), which cancels most of the drift of a shared
+machine:
+
+* ``chat`` — ``POST /v1/chat/completions`` over a kept-alive ``http.client`` connection;
+* ``grpc`` — ``hearth.v1.AiService/Chat`` over one ``grpc`` (sync) channel;
+
+and the same for streams (``stream: true`` / ``StreamChat``, read to the end): time to the first content
+delta (``stream_ttft``), to the answer complete (``[DONE]`` / the final ``done`` message: ``stream_done``)
+and to the end of the call (the chunked body's end / the gRPC status: ``stream_end``).
+Reported: the medians of each and the difference of medians (gRPC − chat).
+Client-side costs are part of each latency (the HTTP client parses JSON; the gRPC client decodes protobuf).
+
+Usage: ``python bench/grpc_bench.py [--requests 3000] [--warmup 300]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import gateway_bench as gb
+import grpc
+
+from hearth.v1 import ai_service_pb2 as pb
+from hearth.v1.ai_service_pb2_grpc import AiServiceStub
+
+AUTH = {"Authorization": f"Bearer {gb.CALLER_KEY}", "Content-Type": "application/json"}
+METADATA = (("authorization", f"Bearer {gb.CALLER_KEY}"),)
+
+
+def _http_chat(conn: http.client.HTTPConnection, body: bytes) -> None:
+    conn.request("POST", "/v1/chat/completions", body, AUTH)
+    r = conn.getresponse()
+    data = r.read()
+    assert r.status == 200, data[:200]
+    json.loads(data)["choices"][0]["message"]["content"]  # what a caller does with it
+
+
+def _http_stream(conn: http.client.HTTPConnection, body: bytes) -> tuple[float, float]:
+    """Seconds to the first content delta and to ``[DONE]`` (the answer complete); the response is then read
+    to its end, the time of which is the caller's ``_timed``."""
+    started = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", body, AUTH)
+    r = conn.getresponse()
+    assert r.status == 200
+    first = done = None
+    while line := r.readline():
+        if line.startswith(b"data: {") and first is None and b'"content":"' in line and b'"content":""' not in line:
+            first = time.perf_counter() - started
+        if line.startswith(b"data: [DONE]"):
+            done = time.perf_counter() - started
+            r.read()
+            break
+    assert first is not None and done is not None
+    return first, done
+
+
+def _grpc_stream(stub: AiServiceStub, request: pb.ChatRequest) -> tuple[float, float]:
+    """Seconds to the first delta and to the final message (``done``); the call is then read to its status."""
+    started = time.perf_counter()
+    first = done = None
+    for chunk in stub.StreamChat(request, metadata=METADATA):
+        if first is None and chunk.delta:
+            first = time.perf_counter() - started
+        if chunk.HasField("done"):
+            done = time.perf_counter() - started
+    assert first is not None and done is not None
+    return first, done
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - started, value
+
+
+def measure(http_port: int, grpc_port: int, n: int, warmup: int) -> dict[str, Any]:
+    conn = http.client.HTTPConnection(gb.HOST, http_port, timeout=30)
+    channel = grpc.insecure_channel(f"{gb.HOST}:{grpc_port}")
+    stub = AiServiceStub(channel)
+    request = pb.ChatRequest(model=gb.PUBLIC_MODEL, messages=[pb.ChatMessage(role="user", content=gb.PROMPT)])
+    plain = json.dumps({"model": gb.PUBLIC_MODEL, "messages": [{"role": "user", "content": gb.PROMPT}]}).encode()
+    stream = json.dumps({"model": gb.PUBLIC_MODEL, "messages": [{"role": "user", "content": gb.PROMPT}],
+                         "stream": True}).encode()
+    out: dict[str, list[float]] = {f"{door}_{kind}": [] for door in ("chat", "grpc")
+                                   for kind in ("plain", "stream_end", "stream_ttft", "stream_done")}
+    ops: list[tuple[str, Callable[[], Any]]] = [
+        ("chat_plain", lambda: _http_chat(conn, plain)), ("grpc_plain", lambda: stub.Chat(request, metadata=METADATA)),
+        ("chat_stream", lambda: _http_stream(conn, stream)), ("grpc_stream", lambda: _grpc_stream(stub, request))]
+    for i in range(warmup + n):
+        pairs = [ops[0:2], ops[2:4]]
+        for pair in pairs:
+            for name, fn in (pair if i % 2 == 0 else list(reversed(pair))):
+                seconds, value = _timed(fn)
+                if i < warmup:
+                    continue
+                if name.endswith("_stream"):
+                    out[f"{name}_end"].append(seconds)
+                    out[f"{name}_ttft"].append(value[0])
+                    out[f"{name}_done"].append(value[1])
+                else:
+                    out[name].append(seconds)
+    channel.close()
+    conn.close()
+    p50 = {k: statistics.median(v) * 1000 for k, v in out.items()}
+    return {"n": n, "p50_ms": {k: round(v, 3) for k, v in p50.items()},
+            "p90_ms": {k: round(sorted(v)[int(len(v) * 0.9)] * 1000, 3) for k, v in out.items()},
+            "grpc_minus_chat_p50_ms": {kind: round(p50[f"grpc_{kind}"] - p50[f"chat_{kind}"], 3)
+                                       for kind in ("plain", "stream_ttft", "stream_done", "stream_end")}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--requests", type=int, default=3000, help="measured requests per route and kind")
+    parser.add_argument("--warmup", type=int, default=300)
+    args = parser.parse_args()
+    cpus = os.cpu_count() or 1
+    sut, other = ("0", "1") if cpus >= 2 else (None, None)
+    with tempfile.TemporaryDirectory(prefix="hearth-grpc-bench-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        ns = argparse.Namespace(state="memory", hearth_log_level="warning", hearth_env=[], gc_probe=False)
+        env = gb.Env(ns, tmp, gb.ProcGroup(), sut, other, other, "python")  # type: ignore[arg-type]
+        try:
+            if other is not None:
+                os.sched_setaffinity(0, {int(other)})
+            upstream_port, http_port, grpc_port = gb.free_port(), gb.free_port(), gb.free_port()
+            gb.start_fake(env, upstream_port)
+            config = tmp / "hearth.yaml"
+            config.write_text(gb.hearth_yaml(upstream_port))
+            henv = gb.hearth_env(env, http_port, config, tmp / "hearth.db", None)
+            henv["HEARTH_GRPC_PORT"] = str(grpc_port)
+            henv["HEARTH_EMBEDDED_WORKER"] = "false"
+            gb.start_hearth(env, http_port, henv, "grpc")
+            gb.log(f"measuring {args.requests} requests per route and kind, interleaved")
+            result = measure(http_port, grpc_port, args.requests, args.warmup)
+        finally:
+            env.procs.stop_all()
+    result.update(date=datetime.now(UTC).isoformat(timespec="seconds"), machine=gb.machine_info(),
+                  load=os.getloadavg(), command=" ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
