@@ -12,7 +12,8 @@ machine:
 and the same for streams (``stream: true`` / ``StreamChat``, read to the end): time to the first content
 delta (``stream_ttft``), to the answer complete (``[DONE]`` / the final ``done`` message: ``stream_done``)
 and to the end of the call (the chunked body's end / the gRPC status: ``stream_end``).
-Reported: the medians of each and the difference of medians (gRPC − chat).
+Reported: the medians of each and the difference of medians (gRPC − chat); then Hearth's own CPU time per
+call of each kind (blocks of 100 calls taking turns), which a loaded machine moves far less than latency.
 Client-side costs are part of each latency (the HTTP client parses JSON; the gRPC client decodes protobuf).
 
 Usage: ``python bench/grpc_bench.py [--requests 3000] [--warmup 300]``
@@ -89,7 +90,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, value
 
 
-def measure(http_port: int, grpc_port: int, n: int, warmup: int) -> dict[str, Any]:
+def measure(http_port: int, grpc_port: int, n: int, warmup: int, hearth_pid: int) -> dict[str, Any]:
     conn = http.client.HTTPConnection(gb.HOST, http_port, timeout=30)
     channel = grpc.insecure_channel(f"{gb.HOST}:{grpc_port}")
     stub = AiServiceStub(channel)
@@ -115,13 +116,29 @@ def measure(http_port: int, grpc_port: int, n: int, warmup: int) -> dict[str, An
                     out[f"{name}_done"].append(value[1])
                 else:
                     out[name].append(seconds)
+    cpu = _server_cpu(ops, hearth_pid, n)
     channel.close()
     conn.close()
     p50 = {k: statistics.median(v) * 1000 for k, v in out.items()}
     return {"n": n, "p50_ms": {k: round(v, 3) for k, v in p50.items()},
             "p90_ms": {k: round(sorted(v)[int(len(v) * 0.9)] * 1000, 3) for k, v in out.items()},
             "grpc_minus_chat_p50_ms": {kind: round(p50[f"grpc_{kind}"] - p50[f"chat_{kind}"], 3)
-                                       for kind in ("plain", "stream_ttft", "stream_done", "stream_end")}}
+                                       for kind in ("plain", "stream_ttft", "stream_done", "stream_end")},
+            "hearth_cpu_us_per_call": cpu}
+
+
+def _server_cpu(ops: list[tuple[str, Callable[[], Any]]], pid: int, n: int, block: int = 100) -> dict[str, float]:
+    """Hearth's CPU time (all its threads) per call of each op: blocks of ``block`` calls, the ops taking
+    turns, ``n`` calls of each in all. Unlike latency, this hardly moves with the machine's load."""
+    spent = {name: 0.0 for name, _ in ops}
+    for _ in range(max(1, n // block)):
+        for name, fn in ops:
+            before = gb.proc_cpu_s(pid)
+            for _ in range(block):
+                fn()
+            spent[name] += gb.proc_cpu_s(pid) - before
+    calls = max(1, n // block) * block
+    return {name: round(seconds / calls * 1e6, 1) for name, seconds in spent.items()}
 
 
 def main() -> None:
@@ -145,9 +162,9 @@ def main() -> None:
             henv = gb.hearth_env(env, http_port, config, tmp / "hearth.db", None)
             henv["HEARTH_GRPC_PORT"] = str(grpc_port)
             henv["HEARTH_EMBEDDED_WORKER"] = "false"
-            gb.start_hearth(env, http_port, henv, "grpc")
+            hearth, _ = gb.start_hearth(env, http_port, henv, "grpc")
             gb.log(f"measuring {args.requests} requests per route and kind, interleaved")
-            result = measure(http_port, grpc_port, args.requests, args.warmup)
+            result = measure(http_port, grpc_port, args.requests, args.warmup, hearth.pid)
         finally:
             env.procs.stop_all()
     result.update(date=datetime.now(UTC).isoformat(timespec="seconds"), machine=gb.machine_info(),
