@@ -112,6 +112,17 @@ async def test_extract_takes_an_inline_schema_with_integral_numbers(fake, grpc_h
     assert response.data["data"] == {"order": 42, "name": "Alice"}
 
 
+async def test_role_chat_is_idempotent_per_request_id_as_on_http(fake, grpc_hearth):
+    door = grpc_hearth(_registry(fake))
+    request = pb.RoleChatRequest(messages=[pb.RoleChatMessage(role="user", content="Hi")], model="m",
+                                 request_id="role-chat-1")
+    first = await door.stub.RoleChat(request, metadata=KEY)
+    again = await door.stub.RoleChat(request, metadata=KEY)
+    assert first.text == again.text == reply_text(20)
+    assert first.data["message"]["role"] == "assistant" and first.data["prompt_code"] == "chat_assistant"
+    assert fake.stats.requests == 1  # the repeat got the stored answer
+
+
 async def test_bad_or_missing_keys_are_unauthenticated_and_never_reach_upstream(fake, grpc_hearth):
     door = grpc_hearth(_registry(fake))
     for metadata in ((), (("authorization", "Bearer wrong-key"),)):
@@ -141,7 +152,7 @@ async def test_invalid_requests_are_invalid_argument_with_the_field(fake, grpc_h
     assert fake.stats.requests == 0
 
 
-async def test_a_budget_spent_is_resource_exhausted(database_url, fake, grpc_hearth):
+async def test_a_budget_spent_is_resource_exhausted_on_both_doors(database_url, fake, grpc_hearth, http):
     # room for exactly one call's reservation: after it settles, too little is left for another
     door = grpc_hearth(budget_registry(fake, reservation_tokens(), unit="tokens"), database_url=database_url)
     first = await door.stub.Chat(_chat(max_tokens=20), metadata=KEY)
@@ -150,6 +161,8 @@ async def test_a_budget_spent_is_resource_exhausted(database_url, fake, grpc_hea
         await door.stub.Chat(_chat(max_tokens=20), metadata=KEY)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _trailer(caught.value, "hearth-error-code") == "budget_exhausted"
+    r = await http.post(door.server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=20), headers=AUTH)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "budget_exhausted"  # one budget, both doors
     assert fake.stats.requests == 1
 
 
