@@ -16,7 +16,11 @@ Reported: the medians of each and the difference of medians (gRPC − chat); the
 call of each kind (blocks of 100 calls taking turns), which a loaded machine moves far less than latency.
 Client-side costs are part of each latency (the HTTP client parses JSON; the gRPC client decodes protobuf).
 
-Usage: ``python bench/grpc_bench.py [--requests 3000] [--warmup 300]``
+``--instructions`` counts Hearth's instructions per call of each instead (callgrind, one process, the
+kinds one after another between dumps): a comparison the machine's load cannot move.
+
+Usage: ``python bench/grpc_bench.py [--requests 3000] [--warmup 300]``,
+``python bench/grpc_bench.py --instructions --requests 200``
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import argparse
 import http.client
 import json
 import os
+import secrets
 import statistics
 import sys
 import tempfile
@@ -141,11 +146,88 @@ def _server_cpu(ops: list[tuple[str, Callable[[], Any]]], pid: int, n: int, bloc
     return {name: round(seconds / calls * 1e6, 1) for name, seconds in spent.items()}
 
 
+def instructions(requests: int) -> dict[str, Any]:
+    """Hearth's instructions per call of each door and kind, counted by callgrind in one ``hearth serve``
+    (valgrind; see ``gateway_instructions.py``): the load of each kind between two dumps, all warmed up
+    first. A count two runs of the same tree agree on within ~0.5 %, which no load on the machine moves."""
+    import subprocess
+
+    import gateway_instructions as gi
+
+    tmp = Path(tempfile.mkdtemp(prefix="hearth-grpc-instr-"))
+    fake_port, port, grpc_port = gb.free_port(), gb.free_port(), gb.free_port()
+    fake = subprocess.Popen([*gb.hearth_argv(), "fake-upstream", "--host", gb.HOST, "--port", str(fake_port),
+                             "--latency-ms", "0", "--chunks", str(gb.CHUNKS)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = tmp / "hearth.yaml"
+    config.write_text(gb.hearth_yaml(fake_port))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
+    env.update(gi.QUIET, HEARTH_CONFIG=str(config), HEARTH_HOST=gb.HOST, HEARTH_PORT=str(port),
+               HEARTH_GRPC_PORT=str(grpc_port), HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db",
+               HEARTH_STATE_BACKEND="memory", HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info")
+    out = tmp / "callgrind.out"
+    hearth: subprocess.Popen[bytes] | None = None
+    counts: dict[str, int] = {}
+    try:
+        subprocess.run([str(gi.PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
+        with open(tmp / "hearth.log", "wb") as log_file:
+            hearth = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                       f"--callgrind-out-file={out}", str(gi.PY), "-m", "hearth", "serve"],
+                                      env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        gi._wait_ready(port, hearth, timeout=600)
+        conn = http.client.HTTPConnection(gb.HOST, port, timeout=120)
+        channel = grpc.insecure_channel(f"{gb.HOST}:{grpc_port}")
+        stub = AiServiceStub(channel)
+        request = pb.ChatRequest(model=gb.PUBLIC_MODEL, messages=[pb.ChatMessage(role="user", content=gb.PROMPT)])
+        message = {"model": gb.PUBLIC_MODEL, "messages": [{"role": "user", "content": gb.PROMPT}]}
+        plain, stream = json.dumps(message).encode(), json.dumps({**message, "stream": True}).encode()
+        ops: list[tuple[str, Callable[[], Any]]] = [
+            ("chat_plain", lambda: _http_chat(conn, plain)),
+            ("grpc_plain", lambda: stub.Chat(request, metadata=METADATA, timeout=120)),
+            ("chat_stream", lambda: _http_stream(conn, stream)),
+            ("grpc_stream", lambda: _grpc_stream(stub, request))]
+        for _, fn in ops:  # warm-up, not counted
+            for _ in range(20):
+                fn()
+        pid = str(hearth.pid)
+        subprocess.run(["callgrind_control", "-i", "on", pid], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["callgrind_control", "-z", pid], check=True, stdout=subprocess.DEVNULL)
+        for name, fn in ops:
+            for _ in range(requests):
+                fn()
+            before = set(tmp.glob("callgrind.out*"))
+            subprocess.run(["callgrind_control", f"--dump={name}", pid], check=True, stdout=subprocess.DEVNULL)
+            deadline = time.monotonic() + 120
+            while not (dumped := set(tmp.glob("callgrind.out*")) - before) and time.monotonic() < deadline:
+                time.sleep(0.2)  # the dump is written by the traced process, at its next instrumented point
+            time.sleep(1)
+            counts[name] = sum(int(line.split()[1]) for f in dumped
+                               for line in f.read_text(errors="replace").splitlines() if line.startswith("totals:"))
+        subprocess.run(["callgrind_control", "-i", "off", pid], check=True, stdout=subprocess.DEVNULL)
+        channel.close()
+        conn.close()
+    finally:
+        if hearth is not None:
+            hearth.terminate()
+            hearth.wait(120)
+        fake.terminate()
+        fake.wait(10)
+    per_call = {name: total // requests for name, total in counts.items()}
+    return {"requests": requests, "instructions_per_call": per_call,
+            "grpc_over_chat": {kind: f"{per_call[f'grpc_{kind}'] / per_call[f'chat_{kind}'] - 1:+.1%}"
+                               for kind in ("plain", "stream")}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--requests", type=int, default=3000, help="measured requests per route and kind")
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--instructions", action="store_true", help="count Hearth's instructions per call with "
+                        "callgrind instead (valgrind; --requests per kind, e.g. 200)")
     args = parser.parse_args()
+    if args.instructions:
+        print(json.dumps(instructions(args.requests), indent=2))
+        return
     cpus = os.cpu_count() or 1
     sut, other = ("0", "1") if cpus >= 2 else (None, None)
     with tempfile.TemporaryDirectory(prefix="hearth-grpc-bench-") as tmp_dir:

@@ -43,7 +43,13 @@ from hearth.gateway.model_name import shown_model
 from hearth.gateway.relay import RelayStream
 from hearth.grpc_api.call_metadata import CallMetadata, authenticate, call_request_id, read_metadata
 from hearth.grpc_api.chat_format import ChunkReader, StreamError, chat_body, chat_response
-from hearth.grpc_api.status_codes import GrpcFailure, from_hearth_error, from_stream_error, from_upstream_refusal
+from hearth.grpc_api.status_codes import (
+    GrpcFailure,
+    client_too_slow,
+    from_hearth_error,
+    from_stream_error,
+    from_upstream_refusal,
+)
 from hearth.observability.logging import get_logger
 from hearth.providers.base import HeaderExchange
 from hearth.registry.snapshot import Caller
@@ -153,8 +159,7 @@ class AiService:
                             await context.write(chunk)
                     except TimeoutError:
                         relay.client_left("client_too_slow")
-                        return from_hearth_error(HearthError("internal_error", "The client took no message for "
-                                                             f"{send_timeout:g} s."), request_id)
+                        return client_too_slow(send_timeout, request_id)
             return None
         except StreamError as exc:
             if exc.pending is not None:

@@ -92,6 +92,14 @@ def from_stream_error(code: str, message: str, request_id: str) -> GrpcFailure:
                         ("x-should-retry", "true" if spec.retryable else "false"), ("x-request-id", request_id)))
 
 
+def client_too_slow(send_timeout_s: float, request_id: str) -> GrpcFailure:
+    """A stream whose client took no message for ``stream_send_timeout_s``: ended, as on HTTP (499
+    ``client_too_slow`` in the log); the status is ``CANCELLED``, if the client ever reads it."""
+    return GrpcFailure(grpc.StatusCode.CANCELLED, f"The client took no message for {send_timeout_s:g} s.",
+                       (("hearth-error-code", "client_too_slow"), ("x-should-retry", "false"),
+                        ("x-request-id", request_id)))
+
+
 def _ascii(value: str) -> str:
     """Metadata values are printable ASCII: anything else is escaped, never dropped silently."""
     return value.encode("ascii", "backslashreplace").decode("ascii")[:256]
