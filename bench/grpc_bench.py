@@ -193,6 +193,7 @@ def instructions(requests: int) -> dict[str, Any]:
         subprocess.run(["callgrind_control", "-i", "on", pid], check=True, stdout=subprocess.DEVNULL)
         subprocess.run(["callgrind_control", "-z", pid], check=True, stdout=subprocess.DEVNULL)
         for name, fn in ops:
+            conn.close()  # reconnects: the server closed a connection idle for longer than its keep-alive
             for _ in range(requests):
                 fn()
             before = set(tmp.glob("callgrind.out*"))
