@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from hearth.auth.signing import signed_headers
+from hearth.testing.fake_clock import RunningClock
 from hearth.testing.fake_upstream import reply_pieces, reply_text
 from hearth.v1 import ai_service_pb2 as pb
 from tests.support import (
@@ -164,6 +165,21 @@ async def test_a_budget_spent_is_resource_exhausted_on_both_doors(database_url, 
     r = await http.post(door.server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=20), headers=AUTH)
     assert r.status_code == 429 and r.json()["error"]["code"] == "budget_exhausted"  # one budget, both doors
     assert fake.stats.requests == 1
+
+
+async def test_a_rate_limit_is_resource_exhausted_with_retry_advice(fake, grpc_hearth):
+    registry = _registry(fake)
+    registry["callers"] = [{"name": "tester", "key": "test-key-123", "limits": {"tenant": {"rpm": 1}}}]
+    door = grpc_hearth(registry, limit_wait_s=0)
+    door.server.runtime.state.clock = RunningClock.at_minute_start()  # no count straddles a window's end
+    assert (await door.stub.Chat(_chat(tenant="t1"), metadata=KEY)).content
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await door.stub.Chat(_chat(), metadata=(*KEY, ("x-hearth-tenant", "t1")))  # the tenant from metadata
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _trailer(caught.value, "hearth-error-code") == "tenant_rpm_exceeded"
+    assert _trailer(caught.value, "x-should-retry") == "true"
+    assert 0 < int(_trailer(caught.value, "retry-after-ms") or 0) <= 60_000
+    assert (await door.stub.Chat(_chat(tenant="t2"), metadata=KEY)).content  # another tenant's window
 
 
 async def test_signed_callers_sign_the_method_path_and_the_message_bytes(fake, grpc_hearth):

@@ -16,12 +16,11 @@ docs/grpc.md prints the table; a test checks it against :func:`grpc_status`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import grpc
 
-from hearth.errors import CATALOG, HearthError, UpstreamHTTPError
+from hearth.errors import CATALOG, HearthError, UpstreamHTTPError, retry_after_headers
 
 BY_STATUS: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
@@ -67,7 +66,7 @@ def from_hearth_error(exc: HearthError, request_id: str) -> GrpcFailure:
     if exc.param is not None:
         trailers.append(("hearth-error-param", _ascii(exc.param)))
     if exc.retry_after is not None:
-        trailers.append(("retry-after-ms", str(max(0, math.ceil(round(exc.retry_after * 1000, 3))))))
+        trailers.append(("retry-after-ms", retry_after_headers(exc.retry_after)["retry-after-ms"]))
     return GrpcFailure(grpc_status(exc.status), exc.message, tuple(trailers))
 
 
