@@ -153,6 +153,22 @@ async def test_invalid_requests_are_invalid_argument_with_the_field(fake, grpc_h
     assert fake.stats.requests == 0
 
 
+async def test_malformed_metadata_and_undecodable_messages_are_invalid_argument(fake, grpc_hearth):
+    door = grpc_hearth(_registry(fake))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await door.stub.Chat(_chat(), metadata=(*KEY, ("x-hearth-timeout-ms", "soon"), ("x-request-id", "bad-ms-1")))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _trailer(caught.value, "hearth-error-param") == "X-Hearth-Timeout-Ms"
+    assert _trailer(caught.value, "x-request-id") == "bad-ms-1"
+    raw = door.channel.unary_unary("/hearth.v1.AiService/Chat", request_serializer=None,
+                                   response_deserializer=None)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await raw(b"\xff\xff\xff", metadata=KEY)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _trailer(caught.value, "hearth-error-code") == "invalid_request"
+    assert fake.stats.requests == 0
+
+
 async def test_a_budget_spent_is_resource_exhausted_on_both_doors(database_url, fake, grpc_hearth, http):
     # room for exactly one call's reservation: after it settles, too little is left for another
     door = grpc_hearth(budget_registry(fake, reservation_tokens(), unit="tokens"), database_url=database_url)
