@@ -124,6 +124,26 @@ async def test_role_chat_is_idempotent_per_request_id_as_on_http(fake, grpc_hear
     assert fake.stats.requests == 1  # the repeat got the stored answer
 
 
+async def test_scenes_rule_grpc_calls_as_http_ones(fake, grpc_hearth, http):
+    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up"},
+                                 {"name": "b", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up-other"}])
+    registry["models"] = [{"name": "m", "endpoints": ["a"]}, {"name": "other", "endpoints": ["b"]}]
+    registry["scenes"] = [{"name": "summary", "default_model": "m", "allowed_models": ["m"], "max_tokens_cap": 7}]
+    door = grpc_hearth(registry)
+    no_model = pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="hi")], scene="summary")
+    answer = await door.stub.Chat(no_model, metadata=KEY)  # the scene's default model, its max_tokens cap
+    assert answer.model == "m" and answer.usage.completion_tokens == 7 and fake.stats.last_body["max_tokens"] == 7
+    row = await request_log_row(http, door.server, answer.request_id)
+    assert (row["scene"], row["route"]) == ("summary", "grpc")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:  # the scene named in the metadata this time
+        await door.stub.Chat(pb.ChatRequest(model="other", messages=no_model.messages),
+                             metadata=(*KEY, ("x-hearth-scene", "summary")))
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert _trailer(caught.value, "hearth-error-code") == "model_not_allowed"
+
+
 async def test_bad_or_missing_keys_are_unauthenticated_and_never_reach_upstream(fake, grpc_hearth):
     door = grpc_hearth(_registry(fake))
     for metadata in ((), (("authorization", "Bearer wrong-key"),)):
