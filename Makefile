@@ -47,3 +47,12 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .coverage .coverage.*
+
+# The gRPC door's generated code (docs/grpc.md): src/hearth/v1 from proto/hearth/v1/ai_service.proto, with the
+# .proto copied beside it (package data). The generated files are committed; tests/grpc_api/test_generated_code.py
+# regenerates them into a temporary directory and fails if they differ.
+.PHONY: proto
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=src --pyi_out=src --grpc_python_out=src \
+		proto/hearth/v1/ai_service.proto
+	cp proto/hearth/v1/ai_service.proto src/hearth/v1/ai_service.proto

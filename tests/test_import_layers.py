@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.operator_cli",),  # hearth status/tasks/reviews/schedules/logs/sign: HTTP clients of a running Hearth
     ("hearth.testing",),  # the fake upstream, a server in a thread (used by tests and `hearth fake-upstream`)
     ("hearth.app",),  # the ASGI application
+    ("hearth.grpc_api",),  # the gRPC door, started by the app: AiService on the gateway core and capabilities
     ("hearth.console",),  # the web console at /console: server-rendered pages over api's plumbing and the services
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
     ("hearth.readiness",),
@@ -48,6 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.observability", "hearth.state"),  # request-log writer; state backends (memory | Redis)
     # the database; wire formats (SSE, token estimates); a body checked against a pydantic model (400 otherwise)
     ("hearth.store", "hearth.wire", "hearth.validation"),
+    ("hearth.v1",),  # the gRPC messages generated from proto/hearth/v1 (`make proto`): protobuf only
 ]
 
 # Imported from anywhere, importing nothing of Hearth above it (they import only each other).

@@ -65,15 +65,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = await start_runtime(resolved)
         app.state.runtime = rt
+        app.state.grpc = None
         sampling = metrics.start_sampling(rt)  # several workers: each keeps its gauges fresh
         log.info("hearth_ready", host=resolved.host, port=resolved.port, state_backend=rt.state.name,
                  database=resolved.database_url.split("://", 1)[0], models=sorted(rt.gateway.registry.models))
         try:
+            app.state.grpc = await _start_grpc(rt)  # None unless grpc_port is set (docs/grpc.md)
             with _shutdown_begins_on_signals(rt):
                 yield
         finally:
             if sampling is not None:
                 sampling.cancel()
+            if app.state.grpc is not None:  # its calls in flight end (stream grace) before the runtime closes
+                await app.state.grpc.stop()
             await rt.stop()
 
     app = FastAPI(title="Hearth", version=__version__, lifespan=lifespan, default_response_class=ORJSONResponse,
@@ -202,3 +206,12 @@ def fastapi_app(asgi: RequestIdMiddleware) -> FastAPI:
         app = app.app
     assert isinstance(app, DirectRoutes)
     return app.api
+
+
+async def _start_grpc(rt: Runtime) -> Any:
+    """The gRPC door on this runtime when ``grpc_port`` is set (imported only then: grpcio loads native code)."""
+    if rt.settings.grpc_port is None:
+        return None
+    from hearth.grpc_api.server import GrpcDoor
+
+    return await GrpcDoor.start(rt)

@@ -277,6 +277,11 @@ class Settings(BaseSettings):
     rollup_hour_retention_s: float = Field(default=400 * 86_400.0, gt=0, description="how long per-hour request "
                                            "rollups are kept (windows of a day and more read them)")
 
+    # the gRPC door (docs/grpc.md): hearth.v1.AiService, health checking and reflection, in the same process
+    grpc_port: int | None = Field(default=None, ge=0, le=65535, description="serve gRPC on this port too (`hearth "
+                                  "serve`); unset: no gRPC server. `0` picks a free port (tests)")
+    grpc_host: str | None = Field(default=None, description="gRPC listen address (default: `host`)")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

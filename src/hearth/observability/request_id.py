@@ -55,3 +55,11 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             request_id_var.reset(token)
+
+
+def valid_request_id(value: str | None) -> str:
+    """``value`` if it is a request id Hearth keeps (the rule above), else a fresh one: for doors that are not
+    ASGI (the gRPC server reads ``x-request-id`` from its metadata)."""
+    if value is not None and _VALID.fullmatch(value.encode()):
+        return value
+    return new_request_id()
