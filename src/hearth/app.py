@@ -31,6 +31,7 @@ from hearth.api import (
     document_jobs,
     documents,
     health,
+    mcp,
     metrics,
     model_registry,
     openai,
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workflows.router)
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
+    app.include_router(mcp.router)  # the MCP gateway (docs/mcp.md)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 
