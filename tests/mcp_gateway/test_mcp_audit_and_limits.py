@@ -1,0 +1,93 @@
+"""Every MCP tool call is audited (arguments only as a digest), rate-limited per caller, and the upstream
+credential is kept encrypted at rest — on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any
+
+import orjson
+import pytest
+from mcp import MCPError
+from sqlalchemy import select
+
+from hearth.mcp.audit import argument_digest
+from hearth.store.db import create_engine
+from hearth.store.tables import mcp_calls, mcp_servers
+from hearth.testing.mcp_upstream import McpUpstream
+from tests.mcp_gateway.support import TOKEN_A, TOKEN_B, ServerFactory, hearth_client, mcp_registry
+from tests.support import AUTH
+
+
+async def _rows(database_url: str, table: Any) -> list[dict[str, Any]]:
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            return [dict(r) for r in (await conn.execute(select(table))).mappings().all()]
+    finally:
+        await engine.dispose()
+
+
+def test_the_argument_digest_is_sha256_of_canonical_json() -> None:
+    assert argument_digest({"b": 1, "a": "é"}) == hashlib.sha256('{"a":"é","b":1}'.encode()).hexdigest()
+    assert argument_digest({"a": "é", "b": 1}) == argument_digest({"b": 1, "a": "é"})
+
+
+async def test_every_call_is_audited_with_a_digest_never_the_arguments(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, database_url: str) -> None:
+    server = hearth_server(mcp_registry(upstream_a, upstream_b), database_url=database_url)
+    secret = {"path": "/srv/public/payroll-2026.xlsx"}
+    async with hearth_client(server.base_url) as client:
+        await client.call_tool("files__read_file", secret)
+        with pytest.raises(MCPError):
+            await client.call_tool("files__delete_file", {"path": "/srv/public/x"})
+        with pytest.raises(MCPError):
+            await client.call_tool("ghost__tool", {})
+        await client.call_tool("bank__transfer", {"amount": 5, "to": "bob"})
+    assert server.runtime.mcp is not None
+    assert server.call(server.runtime.mcp.audit.flush())
+    rows = sorted(await _rows(database_url, mcp_calls), key=lambda r: r["id"])
+    assert [(r["caller"], r["server"], r["tool"], r["outcome"], r["error_code"]) for r in rows] == [
+        ("tester", "files", "files__read_file", "ok", None),
+        ("tester", "files", "files__delete_file", "denied", "mcp_tool_denied"),
+        ("tester", None, "ghost__tool", "not_found", "mcp_tool_not_found"),
+        ("tester", "bank", "bank__transfer", "ok", None),
+    ]
+    assert rows[0]["args_sha256"] == hashlib.sha256(orjson.dumps(secret, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    assert all(r["latency_ms"] > 0 and r["request_id"] for r in rows)
+    assert "payroll" not in str(rows)
+
+
+async def test_upstream_credentials_are_encrypted_at_rest_and_shown_masked(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, database_url: str) -> None:
+    hearth_server(mcp_registry(upstream_a, upstream_b), database_url=database_url)
+    rows = {r["name"]: r for r in await _rows(database_url, mcp_servers)}
+    assert set(rows) == {"files", "bank"}
+    for name, token in (("files", TOKEN_A), ("bank", TOKEN_B)):
+        assert token not in str(rows[name]) and rows[name]["credential_enc"].startswith("v1:")
+        assert rows[name]["credential_hint"].endswith(token[-4:]) and "****" in rows[name]["credential_hint"]
+
+
+async def test_the_callers_rpm_on_a_server_refuses_the_call_over_it(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, http: Any) -> None:
+    server = hearth_server(mcp_registry(upstream_a, upstream_b, caller_rpm=3))
+    if 60 - time.time() % 60 < 3:  # the RPM window is the wall-clock minute: start the count inside one
+        await asyncio.sleep(60 - time.time() % 60 + 0.05)
+    async with hearth_client(server.base_url) as client:
+        for i in range(3):
+            await client.call_tool("bank__echo", {"text": str(i)})
+        with pytest.raises(MCPError) as limited:
+            await client.call_tool("bank__echo", {"text": "over"})
+        other_server = await client.call_tool("files__echo", {"text": "still"})  # its own limit: none
+    call = {"name": "bank__echo", "arguments": {"text": "x"}}
+    raw = await http.post(f"{server.base_url}/mcp", headers={**AUTH, "Content-Type": "application/json"},
+                          json={"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": call})
+    assert (raw.status_code, raw.json()["error"]["data"]["code"]) == (429, "mcp_rpm_exceeded")
+    assert int(raw.headers["retry-after"]) >= 1 and raw.headers["x-should-retry"] == "true"
+    assert (limited.value.code, limited.value.error.data["code"]) == (-32029, "mcp_rpm_exceeded")
+    assert upstream_b.calls == 3 and not other_server.is_error
+    assert server.runtime.mcp is not None and server.call(server.runtime.mcp.audit.flush())
+    rows = await _rows(server.settings.database_url, mcp_calls)
+    assert [r["outcome"] for r in rows if r["server"] == "bank"].count("rate_limited") == 2
