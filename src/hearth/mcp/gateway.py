@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mcp import MCPError
+import aiohttp
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.errors import HearthError
@@ -40,7 +40,7 @@ from hearth.gateway.state_recovery import StateRecovery
 from hearth.mcp.audit import McpAuditWriter, McpCallRecord, argument_digest
 from hearth.mcp.protocol import RpcError
 from hearth.mcp.server_store import UpstreamServer, load_mcp_servers
-from hearth.mcp.session_pool import SessionPool, UpstreamFailure
+from hearth.mcp.session_pool import SessionPool, UpstreamFailure, UpstreamRpcError
 from hearth.observability.logging import get_logger
 from hearth.registry.key_vault import KeyVault
 from hearth.registry.mcp_config import TOOL_SEPARATOR
@@ -70,12 +70,12 @@ class McpAdmission:
 
 class McpGateway:
     def __init__(self, engine: AsyncEngine, vault: KeyVault, admission: McpAdmission, audit: McpAuditWriter,
-                 *, clock: Callable[[], float] = time.time) -> None:
+                 http: aiohttp.ClientSession, *, clock: Callable[[], float] = time.time) -> None:
         self._engine = engine
         self._vault = vault
         self._admission = admission
         self.audit = audit
-        self.pool = SessionPool()
+        self.pool = SessionPool(http)
         self.servers: dict[str, UpstreamServer] = {}
         self._clock = clock
         self._version: int | None = None
@@ -105,7 +105,7 @@ class McpGateway:
         failed: list[str] = []
         for server, answer in zip(servers, answers, strict=True):
             if isinstance(answer, BaseException):
-                if not isinstance(answer, MCPError | UpstreamFailure):
+                if not isinstance(answer, UpstreamRpcError | UpstreamFailure):
                     raise answer
                 log.warning("mcp_upstream_list_failed", server=server.name, error=type(answer).__name__)
                 failed.append(server.name)
@@ -158,8 +158,8 @@ class McpGateway:
         grant = await self._admit(caller, server, nonce)
         try:
             return await self.pool.get(server).call_tool(tool, arguments)
-        except MCPError as exc:  # the upstream's JSON-RPC error: relayed, marked as the upstream's
-            raise RpcError(exc.code, str(exc.error.message)[:1000], hearth_code="mcp_upstream_error", status=200,
+        except UpstreamRpcError as exc:  # the upstream's JSON-RPC error: relayed, marked as the upstream's
+            raise RpcError(exc.code, exc.message, hearth_code="mcp_upstream_error", status=200,
                            data={"server": server.name}) from exc
         except UpstreamFailure as exc:
             log.warning("mcp_upstream_call_failed", server=server.name, error=str(exc))

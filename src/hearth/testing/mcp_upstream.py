@@ -142,3 +142,21 @@ class McpUpstream:
         self._server.force_exit = True
         if self._thread is not None:
             self._thread.join(10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m hearth.testing.mcp_upstream --port N [--token T] [--label L]``: serve in the foreground
+    (the benchmark runs the upstream as a process of its own)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--token", default=None)
+    ap.add_argument("--label", default="U")
+    args = ap.parse_args(argv)
+    upstream = McpUpstream(args.label, token=args.token, port=args.port)
+    asyncio.run(upstream._server.serve())
+
+
+if __name__ == "__main__":
+    main()
