@@ -9,7 +9,9 @@ from typing import Any
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sqlalchemy import Table, select
 
+from hearth.store.db import create_engine
 from hearth.testing.mcp_upstream import McpUpstream
 from hearth.testing.server_thread import HearthServerThread
 from tests.support import AUTH
@@ -46,3 +48,13 @@ async def hearth_client(base_url: str, headers: dict[str, str] | None = None) ->
     http = httpx2.AsyncClient(headers=headers if headers is not None else AUTH, timeout=30)
     async with http, Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as client:
         yield client
+
+
+async def table_rows(database_url: str, table: Table) -> list[dict[str, Any]]:
+    """Every row of ``table`` (the audit, the stored servers), read with a connection of the test's own."""
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            return [dict(r) for r in (await conn.execute(select(table))).mappings().all()]
+    finally:
+        await engine.dispose()

@@ -11,23 +11,12 @@ from typing import Any
 import orjson
 import pytest
 from mcp import MCPError
-from sqlalchemy import select
 
 from hearth.mcp.audit import argument_digest
-from hearth.store.db import create_engine
 from hearth.store.tables import mcp_calls, mcp_servers
 from hearth.testing.mcp_upstream import McpUpstream
-from tests.mcp_gateway.support import TOKEN_A, TOKEN_B, ServerFactory, hearth_client, mcp_registry
+from tests.mcp_gateway.support import TOKEN_A, TOKEN_B, ServerFactory, hearth_client, mcp_registry, table_rows
 from tests.support import AUTH
-
-
-async def _rows(database_url: str, table: Any) -> list[dict[str, Any]]:
-    engine = create_engine(database_url)
-    try:
-        async with engine.connect() as conn:
-            return [dict(r) for r in (await conn.execute(select(table))).mappings().all()]
-    finally:
-        await engine.dispose()
 
 
 def test_the_argument_digest_is_sha256_of_canonical_json() -> None:
@@ -48,7 +37,7 @@ async def test_every_call_is_audited_with_a_digest_never_the_arguments(
         await client.call_tool("bank__transfer", {"amount": 5, "to": "bob"})
     assert server.runtime.mcp is not None
     assert server.call(server.runtime.mcp.audit.flush())
-    rows = sorted(await _rows(database_url, mcp_calls), key=lambda r: r["id"])
+    rows = sorted(await table_rows(database_url, mcp_calls), key=lambda r: r["id"])
     assert [(r["caller"], r["server"], r["tool"], r["outcome"], r["error_code"]) for r in rows] == [
         ("tester", "files", "files__read_file", "ok", None),
         ("tester", "files", "files__delete_file", "denied", "mcp_tool_denied"),
@@ -63,7 +52,7 @@ async def test_every_call_is_audited_with_a_digest_never_the_arguments(
 async def test_upstream_credentials_are_encrypted_at_rest_and_shown_masked(
         hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, database_url: str) -> None:
     hearth_server(mcp_registry(upstream_a, upstream_b), database_url=database_url)
-    rows = {r["name"]: r for r in await _rows(database_url, mcp_servers)}
+    rows = {r["name"]: r for r in await table_rows(database_url, mcp_servers)}
     assert set(rows) == {"files", "bank"}
     for name, token in (("files", TOKEN_A), ("bank", TOKEN_B)):
         assert token not in str(rows[name]) and rows[name]["credential_enc"].startswith("v1:")
@@ -89,5 +78,5 @@ async def test_the_callers_rpm_on_a_server_refuses_the_call_over_it(
     assert (limited.value.code, limited.value.error.data["code"]) == (-32029, "mcp_rpm_exceeded")
     assert upstream_b.calls == 3 and not other_server.is_error
     assert server.runtime.mcp is not None and server.call(server.runtime.mcp.audit.flush())
-    rows = await _rows(server.settings.database_url, mcp_calls)
+    rows = await table_rows(server.settings.database_url, mcp_calls)
     assert [r["outcome"] for r in rows if r["server"] == "bank"].count("rate_limited") == 2

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import uvicorn
+from mcp import MCPError
 from mcp.server.mcpserver import MCPServer
 
 from hearth.testing.server_thread import free_port
@@ -65,13 +66,20 @@ def build_server(label: str, on_call: Callable[[], None] = lambda: None) -> MCPS
         on_call()
         return f"{label}:deleted {path}"
 
+    @server.tool()
+    def refuse(code: int, message: str) -> str:
+        """Answer with a JSON-RPC error (not a tool error result)."""
+        on_call()
+        raise MCPError(code=code, message=message)
+
     return server
 
 
 class McpUpstream:
     """One upstream MCP server in a background thread: ``start()``, ``url``, counters, ``stop()``."""
 
-    def __init__(self, label: str, *, token: str | None = None, port: int | None = None) -> None:
+    def __init__(self, label: str, *, token: str | None = None, port: int | None = None,
+                 json_response: bool = True) -> None:
         self.label = label
         self.token = token
         self.port = port or free_port()  # a given port: a restarted server, which knows none of its old sessions
@@ -79,7 +87,8 @@ class McpUpstream:
         self.authorizations: list[str | None] = []  # the Authorization header of every request, in order
         self.refused = 0  # requests answered 401 (missing or wrong token)
         self.calls = 0  # tools/call requests served
-        app = build_server(label, self._count_call).streamable_http_app(json_response=True)
+        # json_response=False: each answer is an SSE stream (the SDK server's default)
+        app = build_server(label, self._count_call).streamable_http_app(json_response=json_response)
         config = uvicorn.Config(self._guard(app), host="127.0.0.1", port=self.port, log_config=None,
                                 access_log=False, lifespan="on", log_level="warning")
         self._server = uvicorn.Server(config)
