@@ -166,6 +166,7 @@ def apply_file(file: Path) -> None:
     from pydantic import ValidationError
 
     from hearth.errors import HearthError
+    from hearth.mcp.server_store import apply_mcp_servers
     from hearth.registry.config import RegistrySpec
     from hearth.registry.key_vault import KeyVault, load_master_key
     from hearth.registry.serviceable import serviceability_problems
@@ -193,6 +194,10 @@ def apply_file(file: Path) -> None:
             flows = check_workflows(spec.workflows, known_task_types=task_types(settings).names(),
                                     registered=await definitions.names()) if spec.workflows else []
             report = await apply_registry(engine, spec, vault)
+            mcp_report = await apply_mcp_servers(engine, spec.mcp_servers, vault)
+            report.created += mcp_report.created
+            report.updated += mcp_report.updated
+            report.unchanged += mcp_report.unchanged
             applied = await apply_workflows(definitions, flows) if flows else WorkflowApplyReport()
             problems = serviceability_problems(await load_registry(engine, vault))
         finally:
