@@ -183,7 +183,7 @@ class McpGateway:
                                   limits=a.limits)
 
     def sessions_opened(self) -> dict[str, int]:
-        """Upstream sessions initialized per server since start (a pooling check; also in the admin stats)."""
+        """Upstream sessions initialized per server since start (a pooling check)."""
         return self.pool.opened()
 
     async def close(self) -> None:
