@@ -13,6 +13,7 @@ import pytest
 from mcp import MCPError
 
 from hearth.mcp.audit import argument_digest
+from hearth.observability.metrics import REGISTRY
 from hearth.store.tables import mcp_calls, mcp_servers
 from hearth.testing.mcp_upstream import McpUpstream
 from tests.mcp_gateway.support import TOKEN_A, TOKEN_B, ServerFactory, hearth_client, mcp_registry, table_rows
@@ -28,6 +29,7 @@ async def test_every_call_is_audited_with_a_digest_never_the_arguments(
         hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, database_url: str) -> None:
     server = hearth_server(mcp_registry(upstream_a, upstream_b), database_url=database_url)
     secret = {"path": "/srv/public/payroll-2026.xlsx"}
+    denied_before = _metric("files", "denied")
     async with hearth_client(server.base_url) as client:
         await client.call_tool("files__read_file", secret)
         with pytest.raises(MCPError):
@@ -47,6 +49,11 @@ async def test_every_call_is_audited_with_a_digest_never_the_arguments(
     assert rows[0]["args_sha256"] == hashlib.sha256(orjson.dumps(secret, option=orjson.OPT_SORT_KEYS)).hexdigest()
     assert all(r["latency_ms"] > 0 and r["request_id"] for r in rows)
     assert "payroll" not in str(rows)
+    assert _metric("files", "denied") - denied_before == 1  # hearth_mcp_calls_total, as audited
+
+
+def _metric(server: str, outcome: str) -> float:
+    return REGISTRY.get_sample_value("hearth_mcp_calls_total", {"server": server, "outcome": outcome}) or 0.0
 
 
 async def test_upstream_credentials_are_encrypted_at_rest_and_shown_masked(

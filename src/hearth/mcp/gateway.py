@@ -38,6 +38,7 @@ from hearth.gateway.caller_admission import (
 )
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.mcp.audit import McpAuditWriter, McpCallRecord, argument_digest
+from hearth.mcp.metrics import observe_call
 from hearth.mcp.protocol import RpcError
 from hearth.mcp.server_store import UpstreamServer, load_mcp_servers
 from hearth.mcp.session_pool import SessionPool, UpstreamFailure, UpstreamRpcError
@@ -126,8 +127,8 @@ class McpGateway:
         """The upstream's result; :class:`HearthError` for Hearth's refusals, :class:`RpcError` relaying the
         upstream's own JSON-RPC error. Audited either way."""
         started = time.perf_counter()
-        server_name, separator, tool = name.partition(TOOL_SEPARATOR)
-        server = self.servers.get(server_name) if separator and tool else None
+        prefix, separator, tool = name.partition(TOOL_SEPARATOR)
+        server = self.servers.get(prefix) if separator and tool else None
         outcome, code = "ok", None
         try:
             if server is None or not server.enabled:
@@ -147,11 +148,19 @@ class McpGateway:
         except RpcError as exc:
             outcome, code = "upstream_error", exc.hearth_code
             raise
+        except asyncio.CancelledError:  # the caller left: the upstream may or may not have run it
+            outcome, code = "cancelled", None
+            raise
+        except Exception as exc:
+            outcome, code = "error", type(exc).__name__[:64]
+            raise
         finally:
+            elapsed = time.perf_counter() - started
+            server_name = server.name if server is not None else None
             self.audit.submit(McpCallRecord(
-                created_at=self._clock(), request_id=request_id, caller=caller.name,
-                server=server.name if server is not None else None, tool=name, args_sha256=argument_digest(arguments),
-                outcome=outcome, error_code=code, latency_ms=(time.perf_counter() - started) * 1000))
+                created_at=self._clock(), request_id=request_id, caller=caller.name, server=server_name, tool=name,
+                args_sha256=argument_digest(arguments), outcome=outcome, error_code=code, latency_ms=elapsed * 1000))
+            observe_call(server_name, outcome, elapsed)
 
     async def _forward(self, caller: Caller, server: UpstreamServer, tool: str, arguments: dict[str, Any],
                        nonce: tuple[str, float] | None) -> dict[str, Any]:

@@ -727,7 +727,7 @@ mcp_calls = Table(
     Column("server", String(128), nullable=True),  # None: the name did not resolve to a server
     Column("tool", String(256), nullable=False),  # as the caller named it (<server>__<tool>), cut to 256
     Column("args_sha256", String(64), nullable=False),  # of the canonical JSON (sorted keys, no spaces)
-    Column("outcome", String(32), nullable=False),  # ok tool_error denied rate_limited not_found upstream_error refused
+    Column("outcome", String(32), nullable=False),  # ok, tool_error, denied, rate_limited, ... (docs/mcp.md)
     Column("error_code", String(64), nullable=True),
     Column("latency_ms", Float, nullable=False),
 )
