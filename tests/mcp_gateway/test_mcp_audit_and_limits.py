@@ -17,7 +17,7 @@ from hearth.observability.metrics import REGISTRY
 from hearth.store.tables import mcp_calls, mcp_servers
 from hearth.testing.mcp_upstream import McpUpstream
 from tests.mcp_gateway.support import TOKEN_A, TOKEN_B, ServerFactory, hearth_client, mcp_registry, table_rows
-from tests.support import AUTH
+from tests.support import AUTH, REDIS_URL
 
 
 def test_the_argument_digest_is_sha256_of_canonical_json() -> None:
@@ -66,9 +66,13 @@ async def test_upstream_credentials_are_encrypted_at_rest_and_shown_masked(
         assert rows[name]["credential_hint"].endswith(token[-4:]) and "****" in rows[name]["credential_hint"]
 
 
+@pytest.mark.parametrize("backend", ["memory", "redis"])
 async def test_the_callers_rpm_on_a_server_refuses_the_call_over_it(
-        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, http: Any) -> None:
-    server = hearth_server(mcp_registry(upstream_a, upstream_b, caller_rpm=3))
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, http: Any,
+        backend: str, request: pytest.FixtureRequest) -> None:
+    state = {"state_backend": "redis", "redis_url": REDIS_URL,
+             "redis_prefix": request.getfixturevalue("redis_prefix")} if backend == "redis" else {}
+    server = hearth_server(mcp_registry(upstream_a, upstream_b, caller_rpm=3), **state)
     if 60 - time.time() % 60 < 3:  # the RPM window is the wall-clock minute: start the count inside one
         await asyncio.sleep(60 - time.time() % 60 + 0.05)
     async with hearth_client(server.base_url) as client:
@@ -87,3 +91,15 @@ async def test_the_callers_rpm_on_a_server_refuses_the_call_over_it(
     assert server.runtime.mcp is not None and server.call(server.runtime.mcp.audit.flush())
     rows = await table_rows(server.settings.database_url, mcp_calls)
     assert [r["outcome"] for r in rows if r["server"] == "bank"].count("rate_limited") == 2
+
+
+async def test_the_state_backend_down_fails_closed(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, redis_prefix: str) -> None:
+    server = hearth_server(mcp_registry(upstream_a, upstream_b, caller_rpm=3), state_backend="redis",
+                           redis_url="redis://127.0.0.1:1/0", redis_prefix=redis_prefix)
+    async with hearth_client(server.base_url) as client:
+        with pytest.raises(MCPError) as busy:
+            await client.call_tool("bank__echo", {"text": "x"})
+        unlimited = await client.call_tool("files__echo", {"text": "x"})  # no limit there: nothing to count
+    assert busy.value.error.data["code"] == "state_backend_unavailable"
+    assert upstream_b.calls == 0 and not unlimited.is_error

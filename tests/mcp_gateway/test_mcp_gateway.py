@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from mcp import MCPError
 
+from hearth.mcp.server_store import apply_mcp_servers
+from hearth.registry.config import RegistrySpec
 from hearth.testing.mcp_upstream import McpUpstream
 from tests.mcp_gateway.support import TOKEN_A, TOKEN_B, ServerFactory, hearth_client, mcp_registry
 
@@ -113,3 +116,31 @@ async def test_a_caller_no_rule_names_gets_an_error_not_an_empty_tool_list(
             await client.list_tools()
     assert (none.value.code, none.value.error.data["code"]) == (-32002, "mcp_no_tools")
     assert upstream_a.authorizations == upstream_b.authorizations == []  # not even asked
+
+
+async def test_concurrent_first_calls_share_one_upstream_session(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream) -> None:
+    server = hearth_server(mcp_registry(upstream_a, upstream_b))
+    async with hearth_client(server.base_url) as client:
+        results = await asyncio.gather(*(client.call_tool("files__echo", {"text": str(i)}) for i in range(30)))
+    assert sorted(_text(r) for r in results) == sorted(f"A:{i}" for i in range(30))
+    assert len(upstream_a.sessions) == 1 and upstream_a.calls == 30
+
+
+async def test_a_policy_change_applies_without_a_new_upstream_session(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream) -> None:
+    registry = mcp_registry(upstream_a, upstream_b)
+    server = hearth_server(registry)
+    rt = server.runtime
+    assert rt.mcp is not None
+    async with hearth_client(server.base_url) as client:
+        await client.call_tool("files__add", {"a": 1, "b": 2})
+        registry["mcp_servers"][0]["rules"].append({"effect": "deny", "callers": ["tester"], "tools": ["add"]})
+        spec = RegistrySpec.model_validate(registry)
+        server.call(apply_mcp_servers(rt.engine, spec.mcp_servers, rt.vault))
+        server.call(rt.reload_registry())  # what the registry watcher does once it sees the new version
+        with pytest.raises(MCPError) as denied:
+            await client.call_tool("files__add", {"a": 1, "b": 2})
+        still = await client.call_tool("files__echo", {"text": "x"})
+    assert denied.value.error.data["code"] == "mcp_tool_denied" and _text(still) == "A:x"
+    assert len(upstream_a.sessions) == 1 and rt.mcp.sessions_opened()["files"] == 1
