@@ -7,9 +7,10 @@ from typing import Any
 import orjson
 import pytest
 
+from hearth.auth.signing import signed_headers
 from hearth.testing.mcp_upstream import McpUpstream
 from tests.mcp_gateway.support import ServerFactory, mcp_registry
-from tests.support import AUTH
+from tests.support import AUTH, SIGNING_KEY
 
 JSON = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -93,3 +94,21 @@ async def test_initialize_negotiates_and_notifications_get_202(hearth: Any, http
     assert "mcp-session-id" not in same.headers  # every message stands alone: any process can answer it
     assert (note.status_code, note.content) == (202, b"")
     assert (get.status_code, delete.status_code) == (405, 405)
+
+
+async def test_a_signed_callers_nonce_is_claimed_once_on_every_kind_of_message(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: McpUpstream, http: Any) -> None:
+    registry = mcp_registry(upstream_a, upstream_b)
+    registry["callers"][0].update(signing_key=SIGNING_KEY, require_signature=True)
+    server = hearth_server(registry)
+    url = f"{server.base_url}/mcp"
+    for message in (_call(), {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}):
+        body = orjson.dumps(message)
+        headers = {**AUTH, **JSON, **signed_headers(SIGNING_KEY, "POST", url, body)}
+        first = await http.post(url, content=body, headers=headers)
+        replay = await http.post(url, content=body, headers=headers)
+        assert first.status_code == 200 and "result" in first.json()
+        assert (replay.status_code, replay.json()["error"]["data"]["code"]) == (401, "nonce_replayed")
+    unsigned = await http.post(url, json=_call(), headers={**AUTH, **JSON})
+    assert (unsigned.status_code, unsigned.json()["error"]["data"]["code"]) == (401, "signature_required")
+    assert upstream_a.calls == 1
