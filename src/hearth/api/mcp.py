@@ -75,6 +75,9 @@ async def post_message(request: Request) -> Response:
         error = RpcError.from_hearth(exc)
     except RpcError as exc:
         error = exc
+    except Exception as exc:  # answered in the protocol's own format all the same
+        log.error("mcp_unhandled_error", error=type(exc).__name__, exc_info=exc)
+        error = RpcError.from_hearth(HearthError("internal_error"))
     return _answer(error.body(message_id, rid), error.status, error.headers)
 
 
