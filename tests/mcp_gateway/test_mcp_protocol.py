@@ -25,7 +25,7 @@ def hearth(hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: Mc
     return hearth_server(mcp_registry(upstream_a, upstream_b))
 
 
-@pytest.mark.parametrize(("body", "status", "rpc_code", "code"), [
+MALFORMED: list[tuple[bytes, int, int, str]] = [
     (b"{not json", 400, -32700, "invalid_json"),
     (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', 400, -32600, "invalid_request"),  # a batch
     (b'"ping"', 400, -32600, "invalid_request"),
@@ -39,16 +39,18 @@ def hearth(hearth_server: ServerFactory, upstream_a: McpUpstream, upstream_b: Mc
     (b'{"jsonrpc": "2.0", "id": 1, "method": "resources/list"}', 404, -32601, "mcp_method_not_found"),
     (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "nowhere__x"}}', 404, -32602,
      "mcp_tool_not_found"),
-])
-async def test_a_malformed_message_gets_a_json_rpc_protocol_error(
-        hearth: Any, http: Any, body: bytes, status: int, rpc_code: int, code: str) -> None:
-    r = await http.post(f"{hearth.base_url}/mcp", content=body, headers={**AUTH, **JSON})
-    answer = r.json()
-    assert r.status_code == status
-    assert r.headers["content-type"].startswith("application/json")
-    assert answer["jsonrpc"] == "2.0" and answer["error"]["code"] == rpc_code
-    assert answer["error"]["data"]["code"] == code and answer["error"]["data"]["request_id"]
-    assert answer["id"] in (None, 1)
+]
+
+
+async def test_a_malformed_message_gets_a_json_rpc_protocol_error(hearth: Any, http: Any) -> None:
+    for body, status, rpc_code, code in MALFORMED:
+        r = await http.post(f"{hearth.base_url}/mcp", content=body, headers={**AUTH, **JSON})
+        answer = r.json()
+        assert r.status_code == status, body
+        assert r.headers["content-type"].startswith("application/json"), body
+        assert answer["jsonrpc"] == "2.0" and answer["error"]["code"] == rpc_code, body
+        assert answer["error"]["data"]["code"] == code and answer["error"]["data"]["request_id"], body
+        assert answer["id"] in (None, 1), body
 
 
 async def test_authentication_comes_first_and_the_callers_key_is_not_forwarded(
