@@ -40,3 +40,19 @@ def test_apply_stores_servers_once_and_keeps_an_omitted_credential(tmp_path: Pat
     assert "updated: mcp_server:files" in changed
     assert vault.decrypt(rows[0]["credential_enc"], "mcp:files") == "tok-two-0002"
     assert rows[0]["rules"] == [{"effect": "allow", "callers": ["*"], "tools": ["read_*"]}]
+
+
+def test_rotate_master_key_re_encrypts_mcp_credentials(tmp_path: Path) -> None:
+    _apply(tmp_path, [{"name": "files", "url": "http://127.0.0.1:9/mcp", "credential": "tok-rot-0003"}])
+    new = "bb" * 32
+    env = {"HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/h.db", "HEARTH_MASTER_KEY": MASTER_KEY,
+           "HEARTH_NEW_MASTER_KEY": new}
+    dry = hearth_in_process(["rotate-master-key", "--dry-run"], cwd=tmp_path, env=env)
+    done = hearth_in_process(["rotate-master-key"], cwd=tmp_path, env=env)
+    again = hearth_in_process(["rotate-master-key"], cwd=tmp_path, env=env)
+    rows = asyncio.run(table_rows(f"sqlite+aiosqlite:///{tmp_path}/h.db", mcp_servers))
+    assert dry.returncode == done.returncode == again.returncode == 0, done.stderr
+    assert "would re-encrypt 1 MCP server credential(s)" in dry.stdout
+    assert "re-encrypted 1 MCP server credential(s); 0 already" in done.stdout
+    assert "re-encrypted 0 MCP server credential(s); 1 already" in again.stdout
+    assert KeyVault(bytes.fromhex(new)).decrypt(rows[0]["credential_enc"], "mcp:files") == "tok-rot-0003"

@@ -94,3 +94,23 @@ async def load_mcp_servers(engine: AsyncEngine, vault: KeyVault) -> dict[str, Up
             enabled=bool(row["enabled"]), timeout_s=float(row["timeout_s"]), caller_rpm=int(row["caller_rpm"]),
             caller_concurrency=int(row["caller_concurrency"]), policy=build_policy(rules))
     return out
+
+
+async def rewrap_mcp_credentials(engine: AsyncEngine, vault: KeyVault, *, dry_run: bool = False) -> tuple[int, int]:
+    """``hearth rotate-master-key`` for MCP server credentials: each re-encrypted under ``vault``'s current
+    key, in one transaction (a credential no key opens raises :class:`KeyVaultError` naming the server, and
+    nothing is written). Returns (re-encrypted, already current); ``dry_run`` rolls back."""
+    async with engine.connect() as conn:
+        async with conn.begin() as tx:
+            rows = (await conn.execute(select(mcp_servers.c.name, mcp_servers.c.credential_enc).where(
+                mcp_servers.c.credential_enc.is_not(None)).order_by(mcp_servers.c.name))).all()
+            done = 0
+            for name, token in rows:
+                new = vault.rewrap(token, _context(name), subject=f"the credential of MCP server {name!r}")
+                if new is not None:
+                    await conn.execute(mcp_servers.update().where(mcp_servers.c.name == name).values(
+                        credential_enc=new))
+                    done += 1
+            if dry_run:
+                await tx.rollback()
+    return done, len(rows) - done
