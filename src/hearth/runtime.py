@@ -355,7 +355,7 @@ async def start_runtime(settings: Settings) -> Runtime:
                                          provider_of=lambda name: _provider_of(gateway, name))
     gateway.on_auth_failure = rt.disable_after_auth_failure
     rt.mcp = McpGateway(engine, vault, McpAdmission(state, ledger, recovery, gateway.limits),
-                        McpAuditWriter(engine, flush_s=settings.request_log_flush_s), session)
+                        audit=McpAuditWriter(engine, flush_s=settings.request_log_flush_s), http=session)
     await rt.mcp.start(registry.version)
     writer.start()
     if rt.usage_events is not None:

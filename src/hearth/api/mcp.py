@@ -64,7 +64,7 @@ async def post_message(request: Request) -> Response:
         gateway = _gateway(request)
         await gateway.refresh(runtime(request).gateway.registry.version)
         if message.kind == "request" and message.method == "tools/call":
-            result = await _call_tool(gateway, caller, message, rid, pending)  # 3. authorize, 4. forward
+            result = await _call_tool(gateway, caller, message, rid=rid, pending=pending)  # 3. authorize, 4. forward
         else:
             await claim_nonce(request, pending)
             if message.kind != "request":  # a notification, or the answer to a request Hearth never sends
@@ -81,7 +81,7 @@ async def post_message(request: Request) -> Response:
     return _answer(error.body(message_id, rid), error.status, error.headers)
 
 
-async def _call_tool(gateway: McpGateway, caller: Caller, message: Message, rid: str,
+async def _call_tool(gateway: McpGateway, caller: Caller, message: Message, *, rid: str,
                      pending: PendingNonce | None) -> dict[str, Any]:
     name = message.params.get("name")
     arguments = message.params.get("arguments", {})

@@ -70,8 +70,8 @@ class McpAdmission:
 
 
 class McpGateway:
-    def __init__(self, engine: AsyncEngine, vault: KeyVault, admission: McpAdmission, audit: McpAuditWriter,
-                 http: aiohttp.ClientSession, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, engine: AsyncEngine, vault: KeyVault, admission: McpAdmission, *, audit: McpAuditWriter,
+                 http: aiohttp.ClientSession, clock: Callable[[], float] = time.time) -> None:
         self._engine = engine
         self._vault = vault
         self._admission = admission
@@ -138,7 +138,7 @@ class McpGateway:
             if not decision.allowed:
                 raise HearthError("mcp_tool_denied", f"The MCP tool policy does not allow this call: "
                                   f"{decision.reason}.", details={"tool": name[:200]})
-            result = await self._forward(caller, server, tool, arguments, nonce)
+            result = await self._forward(caller, server, tool, arguments, nonce=nonce)
             if result.get("isError") is True:
                 outcome = "tool_error"
             return result
@@ -162,7 +162,7 @@ class McpGateway:
                 args_sha256=argument_digest(arguments), outcome=outcome, error_code=code, latency_ms=elapsed * 1000))
             observe_call(server_name, outcome, elapsed)
 
-    async def _forward(self, caller: Caller, server: UpstreamServer, tool: str, arguments: dict[str, Any],
+    async def _forward(self, caller: Caller, server: UpstreamServer, tool: str, arguments: dict[str, Any], *,
                        nonce: tuple[str, float] | None) -> dict[str, Any]:
         grant = await self._admit(caller, server, nonce)
         try:
