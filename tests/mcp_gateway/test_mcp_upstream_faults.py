@@ -73,3 +73,13 @@ async def test_a_wrong_upstream_credential_is_an_upstream_error_never_shown(
             await client.call_tool("files__echo", {"text": "x"})
     assert refused.value.error.data["code"] == "mcp_upstream_error"
     assert upstream_a.refused >= 1 and "not-the-right-token" not in str(refused.value.error)
+
+
+async def test_a_large_answer_arrives_whole(
+        hearth_server: ServerFactory, upstream_a: McpUpstream, sse_upstream: McpUpstream) -> None:
+    server = hearth_server(mcp_registry(upstream_a, sse_upstream))
+    text = "x" * 300_000  # many TCP segments, in a JSON answer and in an SSE one
+    async with hearth_client(server.base_url) as client:
+        as_json = await client.call_tool("files__echo", {"text": text})
+        as_events = await client.call_tool("bank__echo", {"text": text})
+    assert as_json.content[0].text == f"A:{text}" and as_events.content[0].text == f"S:{text}"

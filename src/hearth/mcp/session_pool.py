@@ -207,9 +207,14 @@ class PooledSession:
 
 
 async def _answer_from_json(response: aiohttp.ClientResponse) -> dict[str, Any]:
-    raw = await response.content.read(_MAX_ANSWER_BYTES + 1)
-    if len(raw) > _MAX_ANSWER_BYTES:
-        raise UpstreamFailure("the answer is too large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():  # the whole body, however it is split, up to the bound
+        size += len(chunk)
+        if size > _MAX_ANSWER_BYTES:
+            raise UpstreamFailure("the answer is too large")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         answer = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError:
