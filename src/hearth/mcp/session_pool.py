@@ -35,7 +35,7 @@ from hearth import __version__
 from hearth.mcp.protocol import SUPPORTED_VERSIONS
 from hearth.mcp.server_store import UpstreamServer
 from hearth.observability.logging import get_logger
-from hearth.wire.sse import SSEParser
+from hearth.wire.sse import SSEEventTooLarge, SSEParser
 
 log = get_logger("hearth.mcp.session_pool")
 
@@ -229,7 +229,11 @@ async def _answer_from_events(response: aiohttp.ClientResponse, request_id: int)
     dropped: the gateway relays results only)."""
     parser = SSEParser(max_event_bytes=_MAX_ANSWER_BYTES)
     async for chunk in response.content.iter_any():
-        for event in parser.feed(chunk):
+        try:
+            events = parser.feed(chunk)
+        except SSEEventTooLarge as exc:
+            raise UpstreamFailure("an event of the answer is too large") from exc
+        for event in events:
             if not event.data:
                 continue
             try:
