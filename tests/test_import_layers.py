@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.readiness",),
     ("hearth.runtime",),  # composition root: builds the gateway, providers, writers, the task engine
     ("hearth.shutdown",),  # the process's shutdown phases (readiness and the open streams read them)
+    ("hearth.mcp",),  # the MCP gateway: upstream MCP servers, tool policy, pooled sessions, audit (over gateway)
     ("hearth.alerting",),  # alert checks (a scheduler pass over gateway, tasks, reviews) and the alert sender
     ("hearth.usage",),  # usage events' relay: sinks (signed webhook, NATS, RabbitMQ) fed from the outbox
     ("hearth.images",),  # image generation: requests, signed URLs, the service and task (gateway + blob store)

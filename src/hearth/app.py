@@ -33,6 +33,7 @@ from hearth.api import (
     documents,
     health,
     images,
+    mcp,
     metrics,
     model_registry,
     openai,
@@ -110,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
     app.include_router(images.router)
+    app.include_router(mcp.router)  # the MCP gateway (docs/mcp.md)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

@@ -166,6 +166,7 @@ def apply_file(file: Path) -> None:
     from pydantic import ValidationError
 
     from hearth.errors import HearthError
+    from hearth.mcp.server_store import apply_mcp_servers
     from hearth.registry.config import RegistrySpec
     from hearth.registry.key_vault import KeyVault, load_master_key
     from hearth.registry.serviceable import serviceability_problems
@@ -193,6 +194,10 @@ def apply_file(file: Path) -> None:
             flows = check_workflows(spec.workflows, known_task_types=task_types(settings).names(),
                                     registered=await definitions.names()) if spec.workflows else []
             report = await apply_registry(engine, spec, vault)
+            mcp_report = await apply_mcp_servers(engine, spec.mcp_servers, vault)
+            report.created += mcp_report.created
+            report.updated += mcp_report.updated
+            report.unchanged += mcp_report.unchanged
             applied = await apply_workflows(definitions, flows) if flows else WorkflowApplyReport()
             problems = serviceability_problems(await load_registry(engine, vault))
         finally:
@@ -451,6 +456,15 @@ def rotate_master_key_command(
     async def _rotate(engine: AsyncEngine) -> RotationReport:
         return await rotate_master_key(engine, vault, dry_run=dry_run)
 
+    from hearth.mcp.server_store import rewrap_mcp_credentials
+
+    async def _rotate_mcp(engine: AsyncEngine) -> tuple[int, int]:  # first: if it fails, nothing has changed
+        return await rewrap_mcp_credentials(engine, vault, dry_run=dry_run)
+
+    try:
+        mcp_done, mcp_current = _on_database(_rotate_mcp)
+    except KeyVaultError as exc:
+        raise _fail(f"{exc} Nothing was changed.") from exc
     try:
         report = _on_database(_rotate)
     except KeyVaultError as exc:
@@ -458,6 +472,8 @@ def rotate_master_key_command(
     done = "would re-encrypt" if dry_run else "re-encrypted"
     typer.echo(f"{done} {report.endpoint_keys} endpoint API key(s) and {report.signing_keys} caller signing "
                f"key(s); {report.already_current} already under the new master key")
+    if mcp_done or mcp_current:
+        typer.echo(f"{done} {mcp_done} MCP server credential(s); {mcp_current} already under the new master key")
     if not dry_run:
         typer.echo("Now restart every Hearth process with the new key as HEARTH_MASTER_KEY (or in its key file).")
 

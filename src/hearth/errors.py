@@ -175,6 +175,18 @@ CATALOG: dict[str, ErrorSpec] = {
     "upstream_outcome_unknown": ErrorSpec(502, False, "api_error", "The upstream took the request but its answer was "
                                           "lost (a timeout or a cut connection): it may have done the work, and "
                                           "billed it, so the call was not repeated."),
+    # the MCP gateway (docs/mcp.md); on /mcp they travel as JSON-RPC errors, the code in `error.data.code`
+    "mcp_protocol_version_unsupported": ErrorSpec(400, False, "invalid_request_error",
+                                                  "This MCP protocol version is not supported."),
+    "mcp_method_not_found": ErrorSpec(404, False, "invalid_request_error", "Hearth's MCP server has no such method."),
+    "mcp_tool_not_found": ErrorSpec(404, False, "invalid_request_error", "No MCP tool of this name is offered."),
+    "mcp_tool_denied": ErrorSpec(403, False, "permission_error", "The MCP tool policy does not allow this call."),
+    "mcp_no_tools": ErrorSpec(503, False, "api_error", "No MCP tool is available to this caller."),
+    "mcp_upstream_error": ErrorSpec(502, True, "api_error", "The upstream MCP server failed."),
+    "mcp_rpm_exceeded": ErrorSpec(429, True, "rate_limit_error", "The caller's limit on MCP tool calls per minute "
+                                  "on this server is reached."),
+    "mcp_concurrency_exceeded": ErrorSpec(429, True, "rate_limit_error", "The caller's limit on concurrent MCP tool "
+                                          "calls on this server is reached."),
 }
 
 

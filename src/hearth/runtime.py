@@ -40,6 +40,9 @@ from hearth.images.service import ImageService
 from hearth.images.task import ImageTasks
 from hearth.images.urls import ImageUrls
 from hearth.images.urls import derive_key as derive_image_url_key
+from hearth.mcp.audit import McpAuditWriter
+from hearth.mcp.gateway import McpAdmission, McpGateway
+from hearth.mcp.server_store import apply_mcp_servers
 from hearth.observability import alerts
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogWriter
@@ -110,6 +113,7 @@ class Runtime:
     run_waker: RunWaker | None = None  # with the scheduler: runs move on as soon as this process's tasks end
     alerting: AlertConfig | None = None  # None: no alert URL, nothing is raised
     usage_events: UsageEvents | None = None  # None: no usage-event sink configured (no outbox row is written)
+    mcp: McpGateway | None = None  # the MCP gateway (docs/mcp.md): /mcp
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     images: ImageService | None = None  # the images door and the image_generate_async task (docs/images.md)
     started_at: float = field(default_factory=time.time)
@@ -206,6 +210,8 @@ class Runtime:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.log_writer.stop()
+        if self.mcp is not None:
+            await self.mcp.close()
         if self.usage_events is not None:  # after the request log's last batch was handed to it
             await self.usage_events.stop()
         await self.ledger.stop()
@@ -283,6 +289,9 @@ async def start_runtime(settings: Settings) -> Runtime:
             report = await apply_registry(engine, spec, vault,
                                           verify=refuse_unless_serviceable if settings.registry_strict else None)
             _log_apply(settings, report)
+            mcp_report = await apply_mcp_servers(engine, spec.mcp_servers, vault)
+            if mcp_report.changed:
+                log.info("mcp_servers_applied", **mcp_report.as_dict())
             if flows:
                 applied = await apply_workflows(definitions, flows)
                 log.info("workflows_applied", created=list(applied.created), unchanged=list(applied.unchanged))
@@ -355,6 +364,9 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt.usage_events = build_usage_events(settings, engine, session, guard=outbound,
                                          provider_of=lambda name: _provider_of(gateway, name))
     gateway.on_auth_failure = rt.disable_after_auth_failure
+    rt.mcp = McpGateway(engine, vault, McpAdmission(state, ledger, recovery, gateway.limits),
+                        audit=McpAuditWriter(engine, flush_s=settings.request_log_flush_s), http=session)
+    await rt.mcp.start(registry.version)
     writer.start()
     if rt.usage_events is not None:
         rt.usage_events.start(writer)

@@ -57,6 +57,9 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "hearth_review_oldest_waiting_seconds": ("gauge", set()),
     "hearth_metrics_collect_seconds": ("gauge", set()),
 }
+ALLOWED_LABELS |= {"server"}  # the MCP gateway's upstream servers (configured names)
+EXPECTED.update({"hearth_mcp_calls": ("counter", {"server", "outcome"}),
+                 "hearth_mcp_call_duration_seconds": ("histogram", {"server"})})
 
 
 def _families(text: str) -> dict[str, Any]:

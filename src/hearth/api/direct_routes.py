@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from hearth.api import ai, images, openai
+from hearth.api import ai, images, mcp, openai
 from hearth.api.client_watch import ClientWatch, DelayedWatches
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
@@ -49,6 +49,7 @@ class DirectRoutes:
             ("POST", "/api/v1/ai/text/generate"): ai.text_generate,
             ("POST", "/api/v1/ai/chat"): ai.chat,
             ("POST", "/v1/images/generations"): images.generations,
+            ("POST", "/mcp"): mcp.post_message,
         }
         self.delayed_watches = DelayedWatches()
 

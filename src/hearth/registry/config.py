@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hearth.registry.mcp_config import McpServerSpec, check_unique_servers
 from hearth.registry.names import ExternalName, RegistryName
 from hearth.wire.image_size import MAX_SIDE, parse_size
 
@@ -268,6 +269,8 @@ class RegistrySpec(_Strict):
     # Workflow definitions (docs/workflows.md), checked and stored by hearth.workflows.file_apply — which
     # knows the task types and registered workflows — never by apply_registry.
     workflows: list[Any] = Field(default_factory=list)
+    # Upstream MCP servers and their tool policy (docs/mcp.md), stored by hearth.mcp.server_store.
+    mcp_servers: list[McpServerSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> RegistrySpec:
@@ -285,4 +288,5 @@ class RegistrySpec(_Strict):
             # money budgets add up the costs of every call whatever its price's currency
             raise ValueError(f"prices use more than one currency ({', '.join(currencies)}): money budgets "
                              "would add them up; use one currency for every price")
+        check_unique_servers(self.mcp_servers)
         return self

@@ -744,3 +744,35 @@ def _rollup_table(name: str) -> Table:
 request_rollups_minute = _rollup_table("request_rollups_minute")
 request_rollups_hour = _rollup_table("request_rollups_hour")
 request_rollups_day = _rollup_table("request_rollups_day")  # UTC days: what 30-day windows read
+# owner: hearth.mcp.server_store — upstream MCP servers from the registry file's `mcp_servers:` (credential
+# encrypted under the master key, AES-GCM bound to `mcp:<name>`; rules as given, checked by the file's schema)
+mcp_servers = Table(
+    "mcp_servers", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("credential_enc", Text, nullable=True),
+    Column("credential_hint", String(64), nullable=True),  # masked, for people: `sk-****9x2a`
+    Column("credential_header", String(128), nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("timeout_s", Float, nullable=False),
+    Column("caller_rpm", Integer, nullable=False),
+    Column("caller_concurrency", Integer, nullable=False),
+    Column("rules", JSON, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=True),
+)
+# owner: hearth.mcp.audit — one row per MCP tool call, allowed or not (arguments only as a sha256 digest)
+mcp_calls = Table(
+    "mcp_calls", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("created_at", Float, nullable=False),
+    Column("request_id", String(64), nullable=False),
+    Column("caller", String(128), nullable=False),
+    Column("server", String(128), nullable=True),  # None: the name did not resolve to a server
+    Column("tool", String(256), nullable=False),  # as the caller named it (<server>__<tool>), cut to 256
+    Column("args_sha256", String(64), nullable=False),  # of the canonical JSON (sorted keys, no spaces)
+    Column("outcome", String(32), nullable=False),  # ok, tool_error, denied, rate_limited, ... (docs/mcp.md)
+    Column("error_code", String(64), nullable=True),
+    Column("latency_ms", Float, nullable=False),
+)
+Index("ix_mcp_calls_caller", mcp_calls.c.caller, mcp_calls.c.created_at)
+Index("ix_mcp_calls_server", mcp_calls.c.server, mcp_calls.c.created_at)

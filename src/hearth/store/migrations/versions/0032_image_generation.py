@@ -2,7 +2,7 @@
 NULL: any size) and a price per generated image (``prices.per_image``, NULL: none).
 
 Revision ID: 0032
-Revises: 0028
+Revises: 0031
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0032"
-down_revision = "0028"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 
