@@ -25,6 +25,7 @@ from hearth.api import (
     admin,
     ai,
     alerts,
+    anthropic_messages,
     budgets,
     callers_admin,
     dead_letters,
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workflows.router)
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
+    app.include_router(anthropic_messages.router)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 
