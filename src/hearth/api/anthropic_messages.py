@@ -9,7 +9,7 @@ is Anthropic gets the caller's request natively instead, as it was sent (the mod
 its answer comes back untranslated (:class:`~hearth.providers.anthropic.NativeMessages`).
 
 Headers: the caller key is ``x-api-key`` or ``Authorization: Bearer`` (Claude Code's
-``ANTHROPIC_AUTH_TOKEN``); ``anthropic-version`` is required and must be a version Hearth knows;
+``ANTHROPIC_AUTH_TOKEN``); ``anthropic-version`` is required and must be a version date;
 ``anthropic-beta`` goes to native Anthropic endpoints as it is and is not interpreted for translated
 calls (a beta *feature* the translation cannot honour is refused by its request field, see
 docs/anthropic.md). Errors are Anthropic's (:mod:`hearth.api.anthropic_errors`).
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from datetime import date
 from typing import Any, Final
 
 import orjson
@@ -57,22 +58,28 @@ router = APIRouter(prefix="/v1", tags=["anthropic"])
 log = get_logger("hearth.api")
 
 ROUTE: Final = "messages"  # the request log's and the metrics' route
-KNOWN_VERSIONS: Final = ("2023-06-01", "2023-01-01")
+FIRST_VERSION: Final = "2023-01-01"  # the oldest ``anthropic-version`` there is
 _DATE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
 COUNT_TIMEOUT_S: Final = 10.0
 
 
 def api_version(request: Request) -> str:
-    """The request's ``anthropic-version``: required, and one Hearth knows (400 otherwise)."""
+    """The request's ``anthropic-version``: required, a date (YYYY-MM-DD), none before the first version.
+
+    Any such version is accepted (SDKs move to new ones on their own schedule: the current SDK sends
+    2026-10-21, older ones 2023-06-01): a translated call reads the body it was sent, whatever the
+    version, and a native call sends the caller's version on, so the Anthropic endpoint decides."""
     version = request.headers.get("anthropic-version")
     if version is None:
         raise HearthError("invalid_request", "anthropic-version: header is required.", param="anthropic-version")
-    if not _DATE.fullmatch(version):
-        raise HearthError("invalid_request", f"anthropic-version: `{version[:40]}` is not a version (YYYY-MM-DD).",
-                          param="anthropic-version")
-    if version not in KNOWN_VERSIONS:
-        raise HearthError("invalid_request", f"anthropic-version: `{version}` is not supported; use one of "
-                          f"{', '.join(KNOWN_VERSIONS)}.", param="anthropic-version")
+    try:
+        valid = _DATE.fullmatch(version) is not None and date.fromisoformat(version) >= date.fromisoformat(
+            FIRST_VERSION)
+    except ValueError:
+        valid = False
+    if not valid:
+        raise HearthError("invalid_request", f"anthropic-version: `{version[:40]}` is not a version (a date "
+                          f"YYYY-MM-DD, {FIRST_VERSION} or later).", param="anthropic-version")
     return version
 
 

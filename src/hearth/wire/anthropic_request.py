@@ -16,13 +16,15 @@ Mappings (the reverse of :mod:`hearth.providers.anthropic_format`):
 * ``thinking`` / ``redacted_thinking`` blocks of earlier turns are dropped (only Anthropic reads them);
 * ``max_tokens`` (required), ``temperature``, ``top_p``, ``stop_sequences`` → their OpenAI names;
   ``metadata.user_id`` → ``user`` (Hearth's end user); ``tools``/``tool_choice`` → function tools;
-  ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``; a stream asks for the usage chunk.
+  ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``; ``output_config.format`` (a JSON
+  schema) → ``response_format``; a stream asks for the usage chunk.
 
 What a translated call cannot honour — document blocks, file sources, server tools (``web_search_…``,
 ``bash_…``), ``mcp_servers``, ``container`` — is refused with 400 (a message naming the field), or, when the
 door asks (:class:`NativeOnly`), noted as needing a native Anthropic endpoint. Accepted and
 not translated (documented in docs/anthropic.md): ``top_k``, ``thinking``, ``cache_control``,
-``service_tier`` — hints whose absence still gives a valid answer.
+``output_config.effort``, ``service_tier``, ``speed``, ``inference_geo`` and other fields Hearth does not
+know — hints and account settings whose absence still gives a valid answer.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def messages_to_chat(body: dict[str, Any], native: NativeOnly | None = None) -> 
     chat: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
     _sampling(body, chat)
     _tools(body, chat, native)
+    _output_format(body, chat)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _bad("stream", "must be a boolean.")
@@ -276,6 +279,21 @@ def _sampling(body: dict[str, Any], chat: dict[str, Any]) -> None:
         raise _bad("stop_sequences", f"must be an array of at most {MAX_STOP_SEQUENCES} non-empty strings.")
     if stops:
         chat["stop"] = stops
+
+
+def _output_format(body: dict[str, Any], chat: dict[str, Any]) -> None:
+    """``output_config.format`` (structured output: a JSON schema) → ``response_format``; ``effort`` is a hint."""
+    config = body.get("output_config")
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise _bad("output_config", "must be an object.")
+    fmt = config.get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise _bad("output_config.format", "must be {\"type\": \"json_schema\", \"schema\": {...}}.")
+    chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
 
 
 def _tools(body: dict[str, Any], chat: dict[str, Any], native: NativeOnly | None) -> None:
