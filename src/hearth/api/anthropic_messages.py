@@ -118,7 +118,7 @@ async def _authenticated_body(request: Request) -> tuple[Caller, bytes, PendingN
     return caller, raw, pending
 
 
-def _native(gw: Gateway, body: dict[str, Any], request: Request, version: str,
+def _native(gw: Gateway, body: dict[str, Any], request: Request, *, version: str,
             needs: NativeOnly) -> NativeMessages | None:
     provider = gw.providers.get("anthropic")
     if not isinstance(provider, AnthropicProvider):
@@ -152,10 +152,11 @@ async def messages(request: Request) -> Response:
     needs = NativeOnly()
     chat = messages_to_chat(body, needs)
     gw = runtime(request).gateway
-    native = _native(gw, body, request, version, needs)
+    native = _native(gw, body, request, version=version, needs=needs)
     ctx = call_context(request, caller, chat, ROUTE, nonce=nonce)
     if chat.get("stream"):
-        return EventStreamResponse.opening(_open_stream(request, ctx, chat, native, needs), lambda: _headers(ctx),
+        opening = _open_stream(request, ctx, chat, native=native, needs=needs)
+        return EventStreamResponse.opening(opening, lambda: _headers(ctx),
                                            keepalive_s=runtime(request).settings.sse_keepalive_s)
     try:
         reply = await gw.complete(ctx, chat, native=native)
@@ -175,7 +176,7 @@ async def messages(request: Request) -> Response:
     return Response(out, media_type="application/json", headers=_headers(ctx))
 
 
-async def _open_stream(request: Request, ctx: CallContext, chat: dict[str, Any], native: NativeMessages | None,
+async def _open_stream(request: Request, ctx: CallContext, chat: dict[str, Any], *, native: NativeMessages | None,
                        needs: NativeOnly) -> MessagesEventStream:
     rt = runtime(request)
     gw = rt.gateway
@@ -216,7 +217,8 @@ async def count_tokens(request: Request) -> Response:
     native = next((ep for ep in model.endpoints if ep.kind == "anthropic" and ep.enabled), None)
     tokens = None
     if isinstance(provider, AnthropicProvider) and native is not None:
-        tokens = await _native_count(provider, native, body, version, request.headers.get("anthropic-beta"))
+        tokens = await _native_count(provider, native, body, version=version,
+                                     beta=request.headers.get("anthropic-beta"))
     if tokens is None:
         tokens = estimate_messages(chat["messages"])
         if chat.get("tools"):
@@ -224,7 +226,7 @@ async def count_tokens(request: Request) -> Response:
     return Response(orjson.dumps({"input_tokens": tokens}), media_type="application/json")
 
 
-async def _native_count(provider: AnthropicProvider, ep: Endpoint, body: dict[str, Any], version: str,
+async def _native_count(provider: AnthropicProvider, ep: Endpoint, body: dict[str, Any], *, version: str,
                         beta: str | None) -> int | None:
     """The endpoint's count; None (estimate instead) when it cannot answer now. Its refusal of the request
     itself (a 4xx other than 429) is the caller's answer."""

@@ -657,7 +657,7 @@ class FakeUpstream:
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
         chat_id = f"chatcmpl-fake-{seq}"
         if wants_tool_call(behavior, body):
-            return await self._chat_tool_call(request, behavior, body, seq, model)
+            return await self._chat_tool_call(request, behavior, body, seq, model=model)
         if not body.get("stream"):
             text = reply_text(n) if behavior.content is None else behavior.content
             message = {"role": "assistant", "content": text, "refusal": None}
@@ -698,7 +698,7 @@ class FakeUpstream:
         prompt = prompt_tokens_for(body.get("messages"), body.get("system"))
         msg_id = f"msg_fake_{seq}"
         if wants_tool_call(behavior, body):
-            return await self._messages_tool_call(request, behavior, body, seq, model)
+            return await self._messages_tool_call(request, behavior, body, seq, model=model)
         message: dict[str, Any] = {
             "id": msg_id,
             "type": "message",
@@ -726,7 +726,7 @@ class FakeUpstream:
         return web.Response(body=orjson.dumps(count), headers=_JSON_HEADERS), True
 
     async def _chat_tool_call(
-        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int, model: str
+        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int, *, model: str
     ) -> tuple[web.StreamResponse, bool]:
         """A chat answer calling ``behavior.tool_call`` (a stream sends the arguments in two pieces)."""
         prompt = prompt_tokens_for(body.get("messages")) + behavior.extra_prompt_tokens
@@ -761,7 +761,7 @@ class FakeUpstream:
         return await self._write_events(request, behavior, events, None, seq=seq)
 
     async def _messages_tool_call(
-        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int, model: str
+        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int, *, model: str
     ) -> tuple[web.StreamResponse, bool]:
         """An Anthropic answer with one ``tool_use`` block (a stream sends the input in two pieces)."""
         prompt = prompt_tokens_for(body.get("messages"), body.get("system"))
