@@ -1,0 +1,134 @@
+"""Messages door overhead: ``POST /v1/messages`` vs ``POST /v1/chat/completions`` at concurrency 1, one run.
+
+Both routes reach the same model (an OpenAI-compatible endpoint on the fake upstream, 20 chunks, no
+latency), so the difference is what the door adds: the Anthropic request translated into the core's
+chat body, the answer (or each stream event) translated back, and the header checks. Started here,
+on loopback: the fake upstream (``hearth fake-upstream``) and one Hearth (``hearth serve``, SQLite,
+memory state), pinned as in ``gateway_bench.py`` (Hearth on ``--sut-cpus``, the fake on
+``--upstream-cpus``; the client runs on the upstream core too).
+
+The machine is shared, so the two routes are measured *interleaved*: request after request, one of
+each in turn on two keep-alive connections, and the overhead is the difference of the two medians
+over the same period. Reported: p50 (and p90) per route, non-stream and stream (a stream fully read),
+and the difference. Target (issue 14): ≤ 0.5 ms p50 added on the non-stream call.
+
+Usage: ``python bench/messages_bench.py [--requests 3000] [--warmup 300]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import gateway_bench as gb
+
+PROMPT = "Say hello to the benchmark in one short sentence, please."
+TARGET_MS = 0.5
+
+
+def registry(upstream_port: int) -> str:
+    return json.dumps({
+        "providers": [{"name": "fake", "kind": "openai", "base_url": f"http://{gb.HOST}:{upstream_port}/v1"}],
+        "endpoints": [{"name": "fake-1", "provider": "fake", "upstream_model": gb.UPSTREAM_MODEL,
+                       "api_key": gb.UPSTREAM_KEY, "max_concurrency": 1000}],
+        "models": [{"name": gb.PUBLIC_MODEL, "endpoints": ["fake-1"]}],
+        "prices": [{"model": gb.UPSTREAM_MODEL, "input_per_1m": 0.15, "output_per_1m": 0.60}],
+        "callers": [{"name": "bench", "key": gb.CALLER_KEY}],
+    })
+
+
+ROUTES: dict[str, tuple[str, dict[str, str], dict[str, Any]]] = {
+    "chat": ("/v1/chat/completions", {"Authorization": f"Bearer {gb.CALLER_KEY}"},
+             {"model": gb.PUBLIC_MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": PROMPT}]}),
+    "messages": ("/v1/messages", {"x-api-key": gb.CALLER_KEY, "anthropic-version": "2023-06-01"},
+                 {"model": gb.PUBLIC_MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": PROMPT}]}),
+}
+
+
+class Route:
+    """One route on its own keep-alive connection: each call's wall time, the whole answer read."""
+
+    def __init__(self, port: int, name: str, stream: bool) -> None:
+        path, headers, body = ROUTES[name]
+        self.name = name
+        self.path = path
+        self.headers = {"Content-Type": "application/json", **headers}
+        self.body = json.dumps({**body, "stream": True} if stream else body).encode()
+        self.conn = http.client.HTTPConnection(gb.HOST, port, timeout=30)
+        self.times_ms: list[float] = []
+
+    def call(self, record: bool) -> None:
+        start = time.perf_counter()
+        self.conn.request("POST", self.path, body=self.body, headers=self.headers)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        elapsed = (time.perf_counter() - start) * 1000
+        if resp.status != 200 or not data:
+            raise RuntimeError(f"{self.name}: HTTP {resp.status}: {data[:300]!r}")
+        if record:
+            self.times_ms.append(elapsed)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def quantile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q * 100) - 1]
+
+
+def measure(port: int, *, stream: bool, requests: int, warmup: int) -> dict[str, Any]:
+    routes = [Route(port, name, stream) for name in ROUTES]
+    try:
+        for i in range(warmup + requests):
+            for route in routes if i % 2 == 0 else routes[::-1]:  # neither route always goes first
+                route.call(record=i >= warmup)
+    finally:
+        for route in routes:
+            route.close()
+    out: dict[str, Any] = {r.name: {"p50_ms": round(statistics.median(r.times_ms), 4),
+                                    "p90_ms": round(quantile(r.times_ms, 0.9), 4)} for r in routes}
+    out["added_p50_ms"] = round(out["messages"]["p50_ms"] - out["chat"]["p50_ms"], 4)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=3000, help="measured calls per route and kind (default 3000)")
+    ap.add_argument("--warmup", type=int, default=300, help="unmeasured calls per route first (default 300)")
+    a = ap.parse_args(argv)
+    args = gb.parse_args(["--no-profile"])
+    args.hearth_env = []
+    tmp = Path(tempfile.mkdtemp(prefix="hearth-messages-bench-"))
+    env = gb.Env(args=args, tmp=tmp, procs=gb.ProcGroup(), sut_cpus=args.sut_cpus, upstream_cpus=args.upstream_cpus,
+                 gen_cpus=args.gen_cpus, generator="python")
+    started = datetime.now(UTC)
+    machine = gb.machine_info()
+    try:
+        fake_port, port = gb.free_port(), gb.free_port()
+        env.fake = gb.start_fake(env, fake_port)
+        config = tmp / "hearth.yaml"
+        config.write_text(registry(fake_port))  # JSON is YAML
+        gb.start_hearth(env, port, gb.hearth_env(env, port, config, tmp / "hearth.db", None), "messages")
+        results = {kind: measure(port, stream=kind == "stream", requests=a.requests, warmup=a.warmup)
+                   for kind in ("nonstream", "stream")}
+    finally:
+        env.procs.stop_all()
+    summary = {"run": f"messages-{started:%Y%m%d-%H%M%S}", "machine": machine, "requests_per_route": a.requests,
+               **results, "target": f"non-stream added p50 <= {TARGET_MS} ms: "
+                                    f"{'met' if results['nonstream']['added_p50_ms'] <= TARGET_MS else 'MISSED'}"}
+    gb.RESULTS.mkdir(exist_ok=True)
+    (gb.RESULTS / f"{summary['run']}.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
