@@ -234,19 +234,26 @@ async def test_features_only_anthropic_serves_need_a_native_endpoint(fake, heart
     assert fake.stats.by_path == {"/v1/messages": 1} and fake.stats.last_body["tools"] == [search]
 
 
-async def test_budget_refusal_is_an_anthropic_error(database_url, fake, hearth_server, http):
+async def test_one_budget_is_spent_through_chat_and_messages(database_url, fake, hearth_server, http):
     reg = _registry(fake)
     reg["budgets"] = [{"name": "daily", "caller": "tester", "scope": "caller", "period": "day", "unit": "tokens",
                        "limit": 150}]
     server = hearth_server(reg, database_url=database_url)
+    chat = await http.post(server.base_url + "/v1/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                           json={"model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": "x"}]})
     async with _client(server) as client:
         first = await client.messages.create(model="m", max_tokens=20, messages=[{"role": "user", "content": "x"}])
         with pytest.raises(anthropic.RateLimitError) as refused:
-            await client.messages.create(model="m", max_tokens=200, messages=[{"role": "user", "content": "x"}])
+            await client.messages.create(model="m", max_tokens=120, messages=[{"role": "user", "content": "x"}])
+        with pytest.raises(anthropic.RateLimitError):
+            async with client.messages.stream(model="m", max_tokens=120,
+                                              messages=[{"role": "user", "content": "x"}]) as stream:
+                await stream.get_final_message()
     error = refused.value.body["error"]
     assert error["type"] == "billing_error" and error["code"] == "budget_exhausted"
     assert refused.value.response.headers["x-should-retry"] == "false"
-    assert fake.stats.requests == 1
+    assert fake.stats.requests == 2
     budgets = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
     used = next(b for b in budgets if b["budget"] == "daily")["used"]
-    assert used == first.usage.input_tokens + first.usage.output_tokens  # settled with the real usage
+    # both doors' calls settled with their real usage, in the one budget
+    assert used == chat.json()["usage"]["total_tokens"] + first.usage.input_tokens + first.usage.output_tokens
