@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from hearth.api.anthropic_stream import native_event
+from hearth.api.anthropic_stream import native_event, relay_payloads
 from hearth.errors import HearthError
 from hearth.wire.anthropic_reply import ChunkEvents, chat_to_message, error_payload
 from hearth.wire.anthropic_request import NativeOnly, messages_to_chat
@@ -161,3 +161,10 @@ def test_error_payloads_use_anthropics_types():
     assert error_payload("upstream_bad_request", "no", status=422)["error"]["type"] == "invalid_request_error"
     assert error_payload(None, "boom", status=502) == {"type": "error", "error": {"type": "api_error",
                                                                                   "message": "boom"}}
+
+
+def test_relay_frames_are_split_and_odd_ones_parsed():
+    frame = b'data: {"a":1}\n\ndata: [DONE]\n\n'
+    assert relay_payloads(frame, SSEParser()) == [b'{"a":1}', b"[DONE]"]
+    multi_line = b'data: {"a":\ndata: 1}\n\n'  # how the relay frames a payload with a line break
+    assert relay_payloads(multi_line, SSEParser()) == [b'{"a":\n1}']

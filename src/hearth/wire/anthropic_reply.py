@@ -35,6 +35,9 @@ _ERROR_TYPES: Final = {400: "invalid_request_error", 401: "authentication_error"
                        429: "rate_limit_error", 500: "api_error", 503: "overloaded_error", 504: "timeout_error",
                        529: "overloaded_error"}
 _ERROR_TYPE_OF_CODE: Final = {"budget_exhausted": "billing_error"}  # not a rate: retrying soon does not help
+_TEXT_DELTA_HEAD: Final = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_TEXT_DELTA_MIDDLE: Final = b',"delta":{"type":"text_delta","text":'
+
 
 
 def error_type(status: int, code: str | None = None) -> str:
@@ -183,8 +186,9 @@ class ChunkEvents:
         opened = b"" if self._block is not None and self._block[0] == "text" else self._open(
             "text", 0, {"type": "text", "text": ""})
         self._output_chars.append(text)
-        return opened + sse_event("content_block_delta", {"type": "content_block_delta", "index": self._blocks - 1,
-                                                          "delta": {"type": "text_delta", "text": text}})
+        # the hot path of a stream: the event written as bytes, not a dict dumped (a third of the cost)
+        return b"".join((opened, _TEXT_DELTA_HEAD, str(self._blocks - 1).encode(), _TEXT_DELTA_MIDDLE,
+                         orjson.dumps(text), b"}}\n\n"))
 
     def _tool(self, call: dict[str, Any]) -> bytes:
         key = call.get("index", 0)
