@@ -56,6 +56,8 @@ async def test_create_is_translated_for_an_openai_endpoint(fake, hearth_server, 
     row = await request_log_row(http, server, raw.headers["x-request-id"])
     assert row["route"] == "messages" and row["status"] == 200 and row["end_user"] == "user-7"
     assert row["completion_tokens"] == 20 and raw.headers["request-id"] == raw.headers["x-request-id"]
+    scrape = (await http.get(server.base_url + "/metrics")).text
+    assert 'hearth_gateway_requests_total{model="m",route="messages",status_class="2xx"} 1.0' in scrape
 
 
 async def test_stream_text_equals_the_upstreams(fake, hearth_server):
