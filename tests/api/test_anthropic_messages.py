@@ -7,6 +7,8 @@ the fake upstream, which speaks both APIs.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import anthropic
@@ -259,3 +261,37 @@ async def test_one_budget_is_spent_through_chat_and_messages(database_url, fake,
     used = next(b for b in budgets if b["budget"] == "daily")["used"]
     # both doors' calls settled with their real usage, in the one budget
     assert used == chat.json()["usage"]["total_tokens"] + first.usage.input_tokens + first.usage.output_tokens
+
+
+@pytest.mark.parametrize("model", ["m", "claude"])
+async def test_a_client_leaving_a_stream_closes_the_upstream(model, fake, hearth_server, http):
+    fake.set_defaults(chunk_delay_ms=200)  # 20 chunks: four seconds
+    server = hearth_server(_registry(fake))
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "X-Request-Id": f"leave-{model}"}
+    body = {"model": model, "max_tokens": 100, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+    async with http.stream("POST", server.base_url + "/v1/messages", json=body, headers=headers) as r:
+        async for chunk in r.aiter_bytes():
+            assert chunk.startswith(b"event: message_start")
+            break
+    left = time.monotonic()
+    while not (fake.stats.disconnects == 1 and fake.stats.in_flight == 0):  # closed within a second
+        assert time.monotonic() - left < 1.0, f"upstream request still open: {fake.stats}"
+        await asyncio.sleep(0.01)
+    row = await request_log_row(http, server, f"leave-{model}")
+    assert (row["status"], row["error_code"], row["route"]) == (499, "client_disconnected", "messages")
+
+
+async def test_native_tool_use_round_trip(fake, hearth_server):
+    fake.set_defaults(tool_call="get_weather")
+    server = hearth_server(_registry(fake))
+    question = {"role": "user", "content": "Weather in Paris?"}
+    async with _client(server) as client:
+        first = await client.messages.create(model="claude", max_tokens=100, tools=[WEATHER_TOOL],
+                                             messages=[question])
+        call = first.content[0]
+        assert first.stop_reason == "tool_use" and call.type == "tool_use" and call.input == {"location": "Paris"}
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": "Sunny"}
+        second = await client.messages.create(model="claude", max_tokens=100, tools=[WEATHER_TOOL], messages=[
+            question, {"role": "assistant", "content": first.content}, {"role": "user", "content": [result]}])
+    assert second.content[0].text == reply_text(20)
+    assert fake.stats.last_body["messages"][2] == {"role": "user", "content": [result]}  # as the caller sent it
