@@ -17,7 +17,12 @@ call (``translation_us``): the request translated, the answer translated back, a
 chunk frames re-parsed and told as Anthropic events — the difference between the two routes apart from
 the header checks.
 
-Usage: ``python bench/messages_bench.py [--requests 3000] [--warmup 300]``
+With ``--instructions`` it counts instead, with valgrind's callgrind, the instructions Hearth executes
+per request on each route (as ``gateway_instructions.py`` does for the chat route): a figure the
+machine's noise cannot move. One ``hearth serve`` under callgrind; each route's requests are counted
+between a zeroing and a dump of the counters, alternately, ``--rounds`` times.
+
+Usage: ``python bench/messages_bench.py [--requests 3000] [--warmup 300] [--instructions]``
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
+import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import gateway_bench as gb
+import gateway_instructions as gi
 import orjson
 
 from hearth.api.anthropic_stream import relay_payloads
@@ -77,11 +86,20 @@ class Route:
         self.conn = http.client.HTTPConnection(gb.HOST, port, timeout=30)
         self.times_ms: list[float] = []
 
-    def call(self, record: bool) -> None:
-        start = time.perf_counter()
+    def _exchange(self) -> tuple[http.client.HTTPResponse, bytes]:
         self.conn.request("POST", self.path, body=self.body, headers=self.headers)
         resp = self.conn.getresponse()
-        data = resp.read()
+        return resp, resp.read()
+
+    def call(self, record: bool) -> None:
+        start = time.perf_counter()
+        try:
+            resp, data = self._exchange()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # the server closed a connection left idle (under callgrind the other route's turn is slow)
+            self.conn.close()
+            start = time.perf_counter()
+            resp, data = self._exchange()
         elapsed = (time.perf_counter() - start) * 1000
         if resp.status != 200 or not data:
             raise RuntimeError(f"{self.name}: HTTP {resp.status}: {data[:300]!r}")
@@ -148,11 +166,79 @@ def translation_cost() -> dict[str, float]:
     return {"nonstream": _best_us(nonstream), "stream_20_chunks": _best_us(stream, number=500)}
 
 
+def _totals(path: Path) -> int:
+    return sum(int(line.split()[1]) for line in path.read_text(errors="replace").splitlines()
+               if line.startswith("totals:"))
+
+
+def instructions(*, stream: bool, requests: int, rounds: int) -> dict[str, Any]:
+    """Instructions per request of each route, counted in one ``hearth serve`` under callgrind."""
+    tmp = Path(tempfile.mkdtemp(prefix="hearth-messages-instr-"))
+    fake_port, port = gb.free_port(), gb.free_port()
+    fake = subprocess.Popen([*gb.hearth_argv(), "fake-upstream", "--host", gb.HOST, "--port", str(fake_port),
+                             "--latency-ms", "0", "--chunks", str(gb.CHUNKS)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = tmp / "hearth.yaml"
+    config.write_text(registry(fake_port))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
+    env.update(gi.QUIET, HEARTH_CONFIG=str(config), HEARTH_HOST=gb.HOST, HEARTH_PORT=str(port),
+               HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db", HEARTH_STATE_BACKEND="memory",
+               HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info")
+    out = tmp / "callgrind.out"
+    counts: dict[str, list[int]] = {name: [] for name in ROUTES}
+    hearth: subprocess.Popen[bytes] | None = None
+    try:
+        subprocess.run([str(gi.PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
+        with open(tmp / "hearth.log", "wb") as log_file:
+            hearth = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                       f"--callgrind-out-file={out}", str(gi.PY), "-m", "hearth", "serve"],
+                                      env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        gi._wait_ready(port, hearth, timeout=600)
+        routes = {name: Route(port, name, stream) for name in ROUTES}
+        for route in routes.values():
+            for _ in range(40):  # warm-up, not counted
+                route.call(record=False)
+        control = ["callgrind_control"]
+        for r in range(rounds):
+            for name in (list(ROUTES) if r % 2 == 0 else list(ROUTES)[::-1]):
+                subprocess.run([*control, "-z", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+                subprocess.run([*control, "-i", "on", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+                for _ in range(requests):
+                    routes[name].call(record=False)
+                subprocess.run([*control, "-i", "off", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+                before = set(tmp.glob("callgrind.out*"))
+                subprocess.run([*control, "-d", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+                dumped = set(tmp.glob("callgrind.out*")) - before
+                counts[name].append(sum(_totals(f) for f in dumped) // requests)
+                gb.log(f"{'stream' if stream else 'non-stream'} {name} r{r}: {counts[name][-1]:,} instructions")
+        for route in routes.values():
+            route.close()
+    finally:
+        if hearth is not None:
+            hearth.terminate()
+            hearth.wait(120)
+        fake.terminate()
+        fake.wait(10)
+    result: dict[str, Any] = {name: {"per_request": round(statistics.median(c)), "rounds": c}
+                              for name, c in counts.items()}
+    added = result["messages"]["per_request"] - result["chat"]["per_request"]
+    result["added_per_request"] = added
+    result["added_pct"] = round(100 * added / result["chat"]["per_request"], 2)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000, help="measured calls per route and kind (default 3000)")
     ap.add_argument("--warmup", type=int, default=300, help="unmeasured calls per route first (default 300)")
+    ap.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead")
+    ap.add_argument("--rounds", type=int, default=2, help="--instructions: alternations of the two routes")
     a = ap.parse_args(argv)
+    if a.instructions:
+        counted = {kind: instructions(stream=kind == "stream", requests=min(a.requests, 200), rounds=a.rounds)
+                   for kind in ("nonstream", "stream")}
+        print(json.dumps({"machine": gb.machine_info(), **counted}, indent=1))
+        return 0
     args = gb.parse_args(["--no-profile"])
     args.hearth_env = []
     tmp = Path(tempfile.mkdtemp(prefix="hearth-messages-bench-"))
