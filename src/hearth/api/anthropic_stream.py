@@ -51,6 +51,8 @@ def native_event(payload: bytes) -> bytes:
 
 def relay_payloads(frame: bytes, parser: SSEParser) -> list[bytes]:
     """The payloads of one relay write: ``data: <payload>`` events split apart (else given to ``parser``)."""
+    if frame.count(b"\n") == 2 and frame.startswith(b"data: ") and frame.endswith(b"\n\n"):
+        return [frame[6:-2]]  # the usual write: one event
     events = frame.split(b"\n\n")
     if not events[-1] and b"\r" not in frame:
         events.pop()

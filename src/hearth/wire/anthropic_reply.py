@@ -121,7 +121,7 @@ class ChunkEvents:
     but nothing forbids it) is sent with that earlier block's index: clients assemble by index."""
 
     __slots__ = ("_block", "_blocks", "_id", "_input_estimate", "_model", "_output_chars", "_started",
-                 "_stop", "_tools", "_usage")
+                 "_stop", "_text_head", "_tools", "_usage")
 
     def __init__(self, message_id: str, model: str, input_estimate: int) -> None:
         self._id = message_id
@@ -134,6 +134,7 @@ class ChunkEvents:
         self._stop: str | None = None
         self._usage: dict[str, Any] | None = None
         self._output_chars: list[str] = []
+        self._text_head = b""  # the open text block's delta event up to its text (bytes: the hot path)
 
     def _start(self, model: Any) -> bytes:
         self._started = True
@@ -146,13 +147,24 @@ class ChunkEvents:
 
     def feed(self, payload: bytes) -> bytes:
         chunk = orjson.loads(payload)
-        if not isinstance(chunk, dict):
+        if type(chunk) is not dict:
             return b""
-        out = [] if self._started else [self._start(chunk.get("model"))]
         usage = chunk.get("usage")
-        if isinstance(usage, dict):
+        if type(usage) is dict:
             self._usage = usage
-        for choice in chunk.get("choices") or ():
+        choices = chunk.get("choices")
+        if self._started and self._block is not None and self._block[0] == "text" and type(choices) is list \
+                and len(choices) == 1:  # the usual chunk: more text of the open text block
+            choice = choices[0]
+            delta = choice.get("delta") if type(choice) is dict else None
+            text = delta.get("content") if type(delta) is dict and len(delta) == 1 else None
+            if type(text) is str and choice.get("finish_reason") is None and choice.get("index", 0) == 0:
+                if not text:
+                    return b""
+                self._output_chars.append(text)
+                return b"".join((self._text_head, orjson.dumps(text), b"}}\n\n"))
+        out = [] if self._started else [self._start(chunk.get("model"))]
+        for choice in choices or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta")
@@ -185,10 +197,11 @@ class ChunkEvents:
     def _text(self, text: str) -> bytes:
         opened = b"" if self._block is not None and self._block[0] == "text" else self._open(
             "text", 0, {"type": "text", "text": ""})
+        if opened:
+            self._text_head = b"".join((_TEXT_DELTA_HEAD, str(self._blocks - 1).encode(), _TEXT_DELTA_MIDDLE))
         self._output_chars.append(text)
         # the hot path of a stream: the event written as bytes, not a dict dumped (a third of the cost)
-        return b"".join((opened, _TEXT_DELTA_HEAD, str(self._blocks - 1).encode(), _TEXT_DELTA_MIDDLE,
-                         orjson.dumps(text), b"}}\n\n"))
+        return b"".join((opened, self._text_head, orjson.dumps(text), b"}}\n\n"))
 
     def _tool(self, call: dict[str, Any]) -> bytes:
         key = call.get("index", 0)
