@@ -295,3 +295,35 @@ async def test_native_tool_use_round_trip(fake, hearth_server):
             question, {"role": "assistant", "content": first.content}, {"role": "user", "content": [result]}])
     assert second.content[0].text == reply_text(20)
     assert fake.stats.last_body["messages"][2] == {"role": "user", "content": [result]}  # as the caller sent it
+
+
+def _mixed_registry(fake: Any) -> dict[str, Any]:
+    """Model ``mix``: the Anthropic endpoint ``c`` first, the OpenAI-compatible ``a`` second."""
+    reg = _registry(fake)
+    for ep in reg["endpoints"]:
+        ep["priority"] = 0 if ep["name"] == "c" else 1
+    reg["models"].append({"name": "mix", "endpoints": ["a", "c"]})
+    return reg
+
+
+async def test_failover_from_a_native_endpoint_to_a_translated_one(fake, hearth_server):
+    fake.script({"status": 500})  # the first attempt (Anthropic endpoint `c`) fails
+    server = hearth_server(_mixed_registry(fake))
+    async with _client(server) as client:
+        raw = await client.messages.with_raw_response.create(model="mix", max_tokens=20,
+                                                             messages=[{"role": "user", "content": "x"}])
+    message = await raw.parse()
+    assert fake.stats.by_path == {"/v1/messages": 1, "/v1/chat/completions": 1}
+    assert raw.headers["x-hearth-endpoint"] == "a" and raw.headers["x-hearth-attempts"] == "2"
+    assert message.content[0].text == reply_text(20) and message.model == "mix"  # translated back
+
+
+async def test_native_only_features_skip_the_models_other_endpoints(fake, hearth_server):
+    server = hearth_server(_mixed_registry(fake))
+    search = {"type": "web_search_20250305", "name": "web_search"}
+    async with _client(server) as client:
+        fake.script({"status": 500})
+        with pytest.raises(anthropic.InternalServerError):  # no failover to `a`: it cannot serve the search
+            await client.messages.create(model="mix", max_tokens=5, tools=[search],
+                                         messages=[{"role": "user", "content": "x"}])
+    assert fake.stats.by_path == {"/v1/messages": 1}
