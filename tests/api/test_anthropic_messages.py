@@ -159,6 +159,9 @@ async def test_errors_are_in_anthropics_format(fake, hearth_server, http):
             await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
     assert denied.value.body["error"]["type"] == "authentication_error"
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    keyless = await http.post(server.base_url + "/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+    assert keyless.status_code == 401 and keyless.json()["error"]["type"] == "authentication_error"
+    assert "x-api-key" in keyless.json()["error"]["message"]
     for version, fragment in ((None, "is required"), ("june", "not a version"), ("2023-02-30", "not a version"),
                               ("2022-12-31", "not a version")):
         headers = {"x-api-key": KEY, **({"anthropic-version": version} if version else {})}

@@ -35,12 +35,12 @@ from hearth.api.anthropic_schemas import (
     TokenCount,
 )
 from hearth.api.anthropic_stream import MessagesEventStream
-from hearth.api.deps import claim_nonce, read_body, runtime
+from hearth.api.deps import authenticated_body, claim_nonce, runtime
 from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai import call_context, call_headers
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object
-from hearth.auth.internal import PendingNonce, check_signature, identify_caller
+from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
 from hearth.gateway.context import CallContext
 from hearth.gateway.model_name import shown_model
@@ -106,16 +106,11 @@ class KeyHeaders(Mapping[str, str]):
 
 async def _authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNonce | None]:
     """:func:`hearth.api.deps.authenticated_body` with Anthropic's key header."""
-    rt = runtime(request)
     headers = KeyHeaders(request.headers)
     if headers.get("authorization") is None and headers.get("x-internal-token") is None:
         raise HearthError("invalid_api_key", "Missing API key: send `x-api-key: <key>` (or `Authorization: Bearer "
                           "<key>`).")
-    caller = identify_caller(headers, rt.gateway.registry, rt.settings)
-    raw = await read_body(request)
-    pending = await check_signature(caller, request.scope, raw, rt.settings,
-                                    not_before=getattr(rt.state, "lost_at", None))
-    return caller, raw, pending
+    return await authenticated_body(request, headers)
 
 
 def _native(gw: Gateway, body: dict[str, Any], request: Request, *, version: str,
