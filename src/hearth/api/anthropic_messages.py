@@ -129,6 +129,16 @@ def _native_needed(needs: NativeOnly) -> HearthError:
                        "the model has none.", param=needs[0])
 
 
+def _told(exc: UpstreamHTTPError | HearthError, needs: NativeOnly) -> HearthError:
+    """The core's error as this door tells it: an upstream's refusal with its status and message; "no
+    native endpoint" naming the request's fields that need one."""
+    if isinstance(exc, UpstreamHTTPError):
+        return upstream_refusal(exc)
+    if exc.code == "unsupported_feature" and exc.details.get("needs") == "native":
+        return _native_needed(needs)
+    return exc
+
+
 def _served_natively(native: NativeMessages | None, ctx: CallContext) -> bool:
     return native is not None and ctx.endpoint is not None and native.serves(ctx.endpoint)
 
@@ -155,12 +165,11 @@ async def messages(request: Request) -> Response:
                                            keepalive_s=runtime(request).settings.sse_keepalive_s)
     try:
         reply = await gw.complete(ctx, chat, native=native)
-    except UpstreamHTTPError as exc:
-        raise upstream_refusal(exc) from exc
-    except HearthError as exc:
-        if needs and exc.code == "unsupported_feature":
-            raise _native_needed(needs) from exc
-        raise
+    except (UpstreamHTTPError, HearthError) as exc:
+        told = _told(exc, needs)
+        if told is exc:
+            raise
+        raise told from exc
     public = shown_model(gw.registry, ctx.model, ctx.endpoint)
     if _served_natively(native, ctx):
         out = reply.body if public is None else public_model_body(reply.body, public)
@@ -177,12 +186,11 @@ async def _open_stream(request: Request, ctx: CallContext, chat: dict[str, Any],
     gw = rt.gateway
     try:
         relay = await gw.open_stream(ctx, chat, native=native)
-    except UpstreamHTTPError as exc:
-        raise upstream_refusal(exc) from exc
-    except HearthError as exc:
-        if needs and exc.code == "unsupported_feature":
-            raise _native_needed(needs) from exc
-        raise
+    except (UpstreamHTTPError, HearthError) as exc:
+        told = _told(exc, needs)
+        if told is exc:
+            raise
+        raise told from exc
     events = None
     if not _served_natively(native, ctx):
         public = shown_model(gw.registry, ctx.model, ctx.endpoint)

@@ -225,5 +225,5 @@ def native_models(models: list[Model], native: NativeCall) -> list[Model]:
     if not out:
         raise HearthError("unsupported_feature", f"No endpoint of `{models[0].name}` can serve this request: parts "
                           "of it are understood only by endpoints of its own API (see the door's documentation).",
-                          param="model")
+                          param="model", details={"needs": "native"})
     return out
