@@ -330,3 +330,14 @@ async def test_native_only_features_skip_the_models_other_endpoints(fake, hearth
             await client.messages.create(model="mix", max_tokens=5, tools=[search],
                                          messages=[{"role": "user", "content": "x"}])
     assert fake.stats.by_path == {"/v1/messages": 1}
+
+
+async def test_a_stream_failing_after_its_keep_alives_ends_with_an_anthropic_error_event(fake, hearth_server, http):
+    fake.set_defaults(status=500, latency_ms=600)  # the stream has started (keep-alives) when the upstream fails
+    server = hearth_server(_registry(fake), sse_keepalive_s=0.2)
+    r = await http.post(server.base_url + "/v1/messages", headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+                        json={"model": "m", "max_tokens": 50, "stream": True,
+                              "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200 and r.text.startswith(": keep-alive\n\n")
+    last = r.text.strip().split("\n\n")[-1]
+    assert last.startswith("event: error\ndata: ") and '"type":"error"' in last and '"code":"upstream_error"' in last
