@@ -341,3 +341,16 @@ async def test_a_stream_failing_after_its_keep_alives_ends_with_an_anthropic_err
     assert r.status_code == 200 and r.text.startswith(": keep-alive\n\n")
     last = r.text.strip().split("\n\n")[-1]
     assert last.startswith("event: error\ndata: ") and '"type":"error"' in last and '"code":"upstream_error"' in last
+
+
+async def test_anthropic_clients_list_models_in_anthropics_format(fake, hearth_server, http):
+    server = hearth_server(_registry(fake))
+    async with _client(server) as client:
+        page = await client.models.list()
+    assert [m.id for m in page.data] == ["claude", "m"] and all(m.type == "model" for m in page.data)
+    openai_list = (await http.get(server.base_url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"})).json()
+    assert openai_list["object"] == "list" and [m["id"] for m in openai_list["data"]] == ["claude", "m"]
+    async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="wrong", max_retries=0) as client:
+        with pytest.raises(anthropic.AuthenticationError) as denied:
+            await client.models.list()
+    assert denied.value.body["error"]["type"] == "authentication_error"

@@ -5,10 +5,13 @@
 type for the status — plus Hearth's stable ``code`` inside ``error`` and the ``request_id`` beside it
 (extra keys the SDKs ignore), and the same ``x-should-retry`` / ``Retry-After`` headers as every route.
 :func:`hearth.api.error_handlers.render_error` sends every error under these paths here, so errors
-raised before the handler (an oversized body, an unknown method) look the same.
+raised before the handler (an oversized body, an unknown method) look the same; and those of
+``GET /v1/models`` when an Anthropic client (``anthropic-version``) asks.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import orjson
 from starlette.responses import Response
@@ -21,6 +24,11 @@ MESSAGES_PATH = "/v1/messages"
 
 def is_anthropic_path(path: str) -> bool:
     return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
+def speaks_anthropic(path: str, headers: Mapping[str, str]) -> bool:
+    """An answer in Anthropic's format: the Messages door, or ``/v1/models`` asked by an Anthropic client."""
+    return is_anthropic_path(path) or (path == "/v1/models" and "anthropic-version" in headers)
 
 
 def anthropic_error_response(exc: HearthError, request_id: str | None) -> Response:

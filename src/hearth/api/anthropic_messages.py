@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any, Final
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from hearth.api import openai
 from hearth.api.anthropic_errors import upstream_refusal
 from hearth.api.anthropic_schemas import (
     ERROR_RESPONSES,
@@ -35,7 +36,7 @@ from hearth.api.anthropic_schemas import (
     TokenCount,
 )
 from hearth.api.anthropic_stream import MessagesEventStream
-from hearth.api.deps import authenticated_body, claim_nonce, runtime
+from hearth.api.deps import authenticate_caller, authenticated_body, claim_nonce, runtime
 from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai import call_context, call_headers
 from hearth.api.openai_schemas import request_body
@@ -48,7 +49,7 @@ from hearth.gateway.scenes import caller_may_see
 from hearth.gateway.service import Gateway
 from hearth.observability.logging import get_logger
 from hearth.providers.anthropic import AnthropicProvider, NativeMessages
-from hearth.registry.snapshot import Caller, Endpoint
+from hearth.registry.snapshot import Caller, Endpoint, Model
 from hearth.wire.anthropic_reply import ChunkEvents, chat_to_message
 from hearth.wire.anthropic_request import NativeOnly, messages_to_chat
 from hearth.wire.model_name import public_model_body
@@ -104,13 +105,17 @@ class KeyHeaders(Mapping[str, str]):
         return len(self._headers)
 
 
-async def _authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNonce | None]:
-    """:func:`hearth.api.deps.authenticated_body` with Anthropic's key header."""
+def _key_headers(request: Request) -> KeyHeaders:
     headers = KeyHeaders(request.headers)
     if headers.get("authorization") is None and headers.get("x-internal-token") is None:
         raise HearthError("invalid_api_key", "Missing API key: send `x-api-key: <key>` (or `Authorization: Bearer "
                           "<key>`).")
-    return await authenticated_body(request, headers)
+    return headers
+
+
+async def _authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNonce | None]:
+    """:func:`hearth.api.deps.authenticated_body` with Anthropic's key header."""
+    return await authenticated_body(request, _key_headers(request))
 
 
 def _native(gw: Gateway, body: dict[str, Any], request: Request, *, version: str,
@@ -242,3 +247,24 @@ async def _native_count(provider: AnthropicProvider, ep: Endpoint, body: dict[st
     except UpstreamNetworkError as exc:
         log.info("count_tokens_estimated", endpoint=ep.name, reason=str(exc))
     return None
+
+
+def _model_info(model: Model, created_at: str) -> dict[str, Any]:
+    return {"type": "model", "id": model.name, "display_name": model.description or model.name,
+            "created_at": created_at, "lifecycle": "active"}
+
+
+async def list_models(request: Request) -> Response:
+    """``GET /v1/models`` in Anthropic's format when the request carries ``anthropic-version`` (the
+    ``anthropic`` SDK's ``models.list``; one page: ``has_more`` false), else OpenAI's
+    (:func:`hearth.api.openai.list_models`). The same models either way: those the caller may use."""
+    if "anthropic-version" not in request.headers:
+        return await openai.list_models(request)
+    api_version(request)
+    caller = await authenticate_caller(request, _key_headers(request))
+    registry = runtime(request).gateway.registry
+    created = datetime.fromtimestamp(registry.created_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data = [_model_info(m, created) for m in sorted(registry.models.values(), key=lambda m: m.name)
+            if m.kind == "chat" and caller_may_see(registry, caller, m)]
+    return Response(orjson.dumps({"data": data, "has_more": False, "first_id": data[0]["id"] if data else None,
+                                  "last_id": data[-1]["id"] if data else None}), media_type="application/json")

@@ -30,15 +30,16 @@ def request_id(request: Request) -> str:
     return rid
 
 
-async def authenticate_caller(request: Request) -> Caller:
+async def authenticate_caller(request: Request, headers: Mapping[str, str] | None = None) -> Caller:
     """The calling application (key or shared token) on a route without a body or an admission (GETs).
 
     A caller that must sign signs these too: the signature is verified over the empty body and its
     nonce is claimed here, once (there is no admission step to claim it in). A refused request
     consumes no nonce. The state backend being down fails closed (503), as at admission.
+    ``headers``: as in :func:`authenticated_body`.
     """
     rt = runtime(request)
-    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    caller = identify_caller(request.headers if headers is None else headers, rt.gateway.registry, rt.settings)
     pending = await check_signature(caller, request.scope, b"", rt.settings,
                                     not_before=getattr(rt.state, "lost_at", None))
     await claim_nonce(request, pending)

@@ -42,7 +42,7 @@ class DirectRoutes:
         self.routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): openai.chat_completions,
             ("POST", "/v1/embeddings"): openai.embeddings,
-            ("GET", "/v1/models"): openai.list_models,
+            ("GET", "/v1/models"): anthropic_messages.list_models,  # OpenAI's list, or Anthropic's for its clients
             ("POST", "/api/v1/ai/summarize"): ai.summarize,
             ("POST", "/api/v1/ai/extract"): ai.extract,
             ("POST", "/api/v1/ai/extract/bill"): ai.extract_bill,
