@@ -7,7 +7,9 @@ paths one route at a time, ~100 µs per capability call with this app's routes. 
 none of it: they parse their own bodies and render their own errors (the OpenAI format on ``/v1``,
 the envelope elsewhere). So this dispatcher calls the very same handler functions from
 :mod:`hearth.api.openai` and :mod:`hearth.api.ai` directly and hands every other request (and
-lifespan) to FastAPI, which still owns those routes' OpenAPI documentation.
+lifespan) to FastAPI, which still owns those routes' OpenAPI documentation. The Anthropic Messages door
+(:mod:`hearth.api.anthropic_messages`) is dispatched the same way; it also answers ``GET /v1/models``,
+handing OpenAI clients to :func:`hearth.api.openai.list_models`.
 
 A POST handler is watched for its client leaving (:class:`~hearth.api.client_watch.ClientWatch`):
 once the body is read, a disconnect cancels the handler at once, wherever it is — waiting for a
