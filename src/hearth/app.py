@@ -26,6 +26,7 @@ from hearth.api import (
     admin_operations,
     ai,
     alerts,
+    anthropic_messages,
     budgets,
     callers_admin,
     dead_letters,
@@ -112,6 +113,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(documents.router)
     app.include_router(images.router)
     app.include_router(mcp.router)  # the MCP gateway (docs/mcp.md)
+    app.include_router(anthropic_messages.router)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

@@ -6,6 +6,7 @@ Body reading and parsing live in :mod:`hearth.api.request_body`; ``parse_json_ob
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request
@@ -29,15 +30,16 @@ def request_id(request: Request) -> str:
     return rid
 
 
-async def authenticate_caller(request: Request) -> Caller:
+async def authenticate_caller(request: Request, headers: Mapping[str, str] | None = None) -> Caller:
     """The calling application (key or shared token) on a route without a body or an admission (GETs).
 
     A caller that must sign signs these too: the signature is verified over the empty body and its
     nonce is claimed here, once (there is no admission step to claim it in). A refused request
     consumes no nonce. The state backend being down fails closed (503), as at admission.
+    ``headers``: as in :func:`authenticated_body`.
     """
     rt = runtime(request)
-    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    caller = identify_caller(request.headers if headers is None else headers, rt.gateway.registry, rt.settings)
     pending = await check_signature(caller, request.scope, b"", rt.settings,
                                     not_before=getattr(rt.state, "lost_at", None))
     await claim_nonce(request, pending)
@@ -57,10 +59,14 @@ async def claim_nonce(request: Request, pending: PendingNonce | None) -> None:
         raise HearthError("nonce_replayed", "This X-Nonce was already used.")
 
 
-async def authenticated_body(request: Request) -> tuple[Caller, bytes, PendingNonce | None]:
-    """The caller, the raw body and the nonce to claim, with the signature verified when required."""
+async def authenticated_body(request: Request, headers: Mapping[str, str] | None = None,
+                             ) -> tuple[Caller, bytes, PendingNonce | None]:
+    """The caller, the raw body and the nonce to claim, with the signature verified when required.
+
+    ``headers``: the request's headers as a door reads them (the Anthropic door reads ``x-api-key`` as
+    the caller key); the request's own by default."""
     rt = runtime(request)
-    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    caller = identify_caller(request.headers if headers is None else headers, rt.gateway.registry, rt.settings)
     raw = await read_body(request)
     pending = await check_signature(caller, request.scope, raw, rt.settings,
                                     not_before=getattr(rt.state, "lost_at", None))

@@ -7,7 +7,9 @@ paths one route at a time, ~100 µs per capability call with this app's routes. 
 none of it: they parse their own bodies and render their own errors (the OpenAI format on ``/v1``,
 the envelope elsewhere). So this dispatcher calls the very same handler functions from
 :mod:`hearth.api.openai` and :mod:`hearth.api.ai` directly and hands every other request (and
-lifespan) to FastAPI, which still owns those routes' OpenAPI documentation.
+lifespan) to FastAPI, which still owns those routes' OpenAPI documentation. The Anthropic Messages door
+(:mod:`hearth.api.anthropic_messages`) is dispatched the same way; it also answers ``GET /v1/models``,
+handing OpenAI clients to :func:`hearth.api.openai.list_models`.
 
 A POST handler is watched for its client leaving (:class:`~hearth.api.client_watch.ClientWatch`):
 once the body is read, a disconnect cancels the handler at once, wherever it is — waiting for a
@@ -25,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from hearth.api import ai, images, mcp, openai
+from hearth.api import ai, anthropic_messages, images, mcp, openai
 from hearth.api.client_watch import ClientWatch, DelayedWatches
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
@@ -42,7 +44,7 @@ class DirectRoutes:
         self.routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): openai.chat_completions,
             ("POST", "/v1/embeddings"): openai.embeddings,
-            ("GET", "/v1/models"): openai.list_models,
+            ("GET", "/v1/models"): anthropic_messages.list_models,  # OpenAI's list, or Anthropic's for its clients
             ("POST", "/api/v1/ai/summarize"): ai.summarize,
             ("POST", "/api/v1/ai/extract"): ai.extract,
             ("POST", "/api/v1/ai/extract/bill"): ai.extract_bill,
@@ -50,6 +52,8 @@ class DirectRoutes:
             ("POST", "/api/v1/ai/chat"): ai.chat,
             ("POST", "/v1/images/generations"): images.generations,
             ("POST", "/mcp"): mcp.post_message,
+            ("POST", "/v1/messages"): anthropic_messages.messages,
+            ("POST", "/v1/messages/count_tokens"): anthropic_messages.count_tokens,
         }
         self.delayed_watches = DelayedWatches()
 

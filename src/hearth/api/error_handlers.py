@@ -8,6 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from hearth.api.anthropic_errors import anthropic_error_response, speaks_anthropic
 from hearth.api.deps import request_id
 from hearth.errors import HearthError, UpstreamHTTPError
 from hearth.observability.logging import get_logger
@@ -23,6 +24,8 @@ def _is_openai_route(request: Request) -> bool:
 def render_error(request: Request, exc: HearthError) -> Response:
     """The error answer, with ``x-should-retry`` (and ``Retry-After``/``retry-after-ms`` when the
     wait is known): the official SDKs obey it, so a call Hearth already failed over is not re-sent."""
+    if speaks_anthropic(request.url.path, request.headers):  # the Messages door answers in Anthropic's format
+        return anthropic_error_response(exc, request_id(request))
     body = exc.openai_body() if _is_openai_route(request) else exc.envelope(request_id(request))
     return Response(orjson.dumps(body), status_code=exc.status, media_type="application/json",
                     headers=exc.headers())

@@ -40,10 +40,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from hearth.api.anthropic_errors import anthropic_error_frame, is_anthropic_path
 from hearth.api.client_watch import ClientWatch, abort_connection, bound_unsent_bytes
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
-from hearth.gateway.relay import RelayStream
 from hearth.observability.logging import get_logger
 from hearth.shutdown import OpenStreams
 
@@ -137,12 +137,12 @@ class EventStreamResponse(Response):
         self.relay = relay
         self.extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
         self.send_timeout_s = send_timeout_s
-        self._opening: Awaitable[RelayStream] | None = None
+        self._opening: Awaitable[FrameSource] | None = None
         self._headers_of: Callable[[], dict[str, str]] | None = None
         self._keepalive_s = 0.0
 
     @classmethod
-    def opening(cls, opening: Awaitable[RelayStream], headers_of: Callable[[], dict[str, str]], *,
+    def opening(cls, opening: Awaitable[FrameSource], headers_of: Callable[[], dict[str, str]], *,
                 keepalive_s: float, send_timeout_s: float | None = None) -> EventStreamResponse:
         """The response of a stream still being opened (admission, attempts, the first event).
 
@@ -309,7 +309,7 @@ class EventStreamResponse(Response):
         assert failure is not None
         if started.value:
             timer.since = loop.time()
-            await send({"type": "http.response.body", "body": _error_event(failure), "more_body": True})
+            await send({"type": "http.response.body", "body": _error_event(failure, scope), "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
             await _error_response(scope, receive, failure)(scope, receive, send)
@@ -331,9 +331,12 @@ def _error_response(scope: Scope, receive: Receive, exc: BaseException) -> Respo
     return render_error(Request(scope, receive), known)
 
 
-def _error_event(exc: BaseException) -> bytes:
-    """The same error as an OpenAI-style SSE error event (the stream has started: no status left)."""
+def _error_event(exc: BaseException, scope: Scope | None = None) -> bytes:
+    """The same error as an OpenAI-style SSE error event (the stream has started: no status left); on the
+    Anthropic Messages door, Anthropic's ``error`` event."""
     known = _known_error(exc)
+    if scope is not None and isinstance(known, HearthError) and is_anthropic_path(scope.get("path", "")):
+        return anthropic_error_frame(known)
     body = known.body if isinstance(known, UpstreamHTTPError) else known.openai_body()
     return b"data: " + orjson.dumps(body) + b"\n\n"
 

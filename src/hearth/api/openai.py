@@ -132,3 +132,7 @@ async def get_model(model_id: str, request: Request) -> Response:
                           "to it.", param="model")
     return Response(orjson.dumps({"id": m.name, "object": "model", "created": registry.created_at,
                                   "owned_by": "hearth"}), media_type="application/json")
+
+
+# The other doors onto the same core (Anthropic Messages, …) build their calls and answer headers the same way.
+call_context, call_headers = _context, _call_headers

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from hearth.errors import HearthError, UpstreamOutcomeUnknown
@@ -43,7 +44,7 @@ from hearth.gateway.scenes import Route, plan_route, resolve_scene
 from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.metrics import CALLS
 from hearth.observability.request_log import RequestLogWriter
-from hearth.providers.base import Provider, UpstreamReply, Usage, image_provider
+from hearth.providers.base import NativeCall, Provider, UpstreamReply, Usage, image_provider
 from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
@@ -89,13 +90,18 @@ class Gateway:
         return model
 
     # ---- the three kinds of call ------------------------------------------------------------------------
-    async def complete(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
+    async def complete(self, ctx: CallContext, body: dict[str, Any], *,
+                       native: NativeCall | None = None) -> UpstreamReply:
+        """``native``: a door's own request, sent instead of ``body`` to the endpoints it :meth:`serves
+        <hearth.providers.base.NativeCall.serves>` (the reply is then in that format)."""
         call = self._call(ctx)
         async with call:
-            route, models, body = self._plan(ctx, body, "chat")
+            route, models, body = self._plan(ctx, body, "chat", native)
             estimate = estimate_messages(body.get("messages"))
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
+                if native is not None and native.serves(ep):
+                    return await native.chat(ep, timeout_s, headers=ctx.headers)
                 return await self.providers[ep.kind].chat(ep, body, timeout_s, headers=ctx.headers)
 
             reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op)
@@ -145,18 +151,22 @@ class Gateway:
             await self._succeed(call, reply, estimate)
         return reply
 
-    async def open_stream(self, ctx: CallContext, body: dict[str, Any]) -> RelayStream:
-        """Admit and open the stream; the returned relay owns the call from here on."""
+    async def open_stream(self, ctx: CallContext, body: dict[str, Any], *,
+                          native: NativeCall | None = None) -> RelayStream:
+        """Admit and open the stream; the returned relay owns the call from here on (``native``: as in
+        :meth:`complete`; the relay then carries that format's events as its payloads)."""
         ctx.stream = True
         options = body.get("stream_options")
         ctx.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         call = self._call(ctx)
         try:
-            route, models, body = self._plan(ctx, body, "chat")
+            route, models, body = self._plan(ctx, body, "chat", native)
             estimate = estimate_messages(body.get("messages"))
             idle_s = self.settings.stream_idle_timeout_s
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> Any:
+                if native is not None and native.serves(ep):
+                    return await native.chat_stream(ep, timeout_s, idle_s, headers=ctx.headers)
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s, headers=ctx.headers)
 
             upstream = await self._run(call, route, models, estimate, bound=self._bound(body), op=op)
@@ -179,7 +189,8 @@ class Gateway:
         return Call(CallDeps(self.state, self.ledger, self.recovery, self.health, self.log_writer, self.registry,
                              self.limits), ctx)
 
-    def _plan(self, ctx: CallContext, body: dict[str, Any], kind: str) -> tuple[Route, list[Model], dict[str, Any]]:
+    def _plan(self, ctx: CallContext, body: dict[str, Any], kind: str,
+              native: NativeCall | None = None) -> tuple[Route, list[Model], dict[str, Any]]:
         """Scene and allowlist rules → the models to try; the body gets the effective max_tokens."""
         caller = ctx.caller
         if caller is None:
@@ -193,6 +204,8 @@ class Gateway:
                             if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
         # only endpoints that can serve this request are routed to (400 unsupported_feature if none can)
         models = capable_models(models, required_capabilities(body, kind=kind, stream=ctx.stream))
+        if native is not None and native.required:
+            models = native_models(models, native)
         if models[0].name != first.name:
             ctx.fallback_used = True  # the requested model has no endpoint for it: its fallbacks serve it
         ctx.scene = route.scene
@@ -263,3 +276,15 @@ class Gateway:
             reply = await run_attempts(call, policy, model, op)
             await self._succeed(call, reply, estimate)
         return reply
+
+
+def native_models(models: list[Model], native: NativeCall) -> list[Model]:
+    """Each model narrowed to the endpoints that take the door's request natively (a request with features
+    only they can serve); 400 ``unsupported_feature`` when no model of the route has one."""
+    out = [m if all(native.serves(ep) for ep in m.endpoints) else replace(m, endpoints=eps)
+           for m in models if (eps := tuple(ep for ep in m.endpoints if native.serves(ep)))]
+    if not out:
+        raise HearthError("unsupported_feature", f"No endpoint of `{models[0].name}` can serve this request: parts "
+                          "of it are understood only by endpoints of its own API (see the door's documentation).",
+                          param="model", details={"needs": "native"})
+    return out

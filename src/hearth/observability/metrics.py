@@ -46,6 +46,7 @@ MULTIPROC_DIR: str | None = os.environ.get(MULTIPROC_ENV) or os.environ.get(MULT
 ROUTES = frozenset({"chat", "embeddings", "capability"})
 ROUTES |= {"images"}  # the images door (docs/images.md)
 ROUTES |= {"grpc"}  # the gRPC door's Chat and StreamChat (hearth.grpc_api)
+ROUTES = ROUTES | {"messages"}  # the Anthropic Messages door
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 MAX_NAMES = 1000  # distinct values of one name label (model, endpoint) before new ones become `other`
 UNKNOWN = "unknown"

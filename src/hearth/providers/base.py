@@ -137,3 +137,24 @@ def image_provider(provider: object, ep: Endpoint) -> ImageProvider:
                           f"`{ep.kind}` provider cannot generate images.", param="model",
                           details={"capabilities": ["images"]})
     return provider  # type: ignore[return-value]
+
+
+class NativeCall(Protocol):
+    """A door's request in its own wire format, for the endpoints that speak that format natively.
+
+    The gateway core plans, admits and routes a call on its chat body; per attempt, an endpoint that
+    :meth:`serves` this format gets the door's original request instead (passed through, the model name
+    mapped), so nothing of it is lost in translation. The answer is then in the door's format too: the
+    door knows which kind it got from the endpoint that served the call. ``required``: the request has
+    features only such endpoints can serve, so the call is routed to them alone."""
+
+    @property
+    def required(self) -> bool: ...
+
+    def serves(self, ep: Endpoint) -> bool: ...
+
+    async def chat(self, ep: Endpoint, timeout_s: float, *, headers: HeaderExchange | None = None) -> UpstreamReply:
+        ...
+
+    async def chat_stream(self, ep: Endpoint, first_byte_timeout_s: float, idle_timeout_s: float, *,
+                          headers: HeaderExchange | None = None) -> UpstreamStream: ...

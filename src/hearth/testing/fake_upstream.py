@@ -65,6 +65,7 @@ __all__ = [
     "reply_pieces",
     "reply_text",
     "run",
+    "wants_tool_call",
 ]
 
 SplitMode = Literal["none", "bytes", "coalesce"]
@@ -109,6 +110,7 @@ class FakeBehavior:
     waits that long before its first event (``latency_ms`` delays the headers too).
     ``extra_prompt_tokens`` is added to the reported prompt usage of chat answers.
     ``content`` replaces a non-stream chat answer's generated text (its usage still counts ``chunks`` tokens).
+    ``tool_call`` names a tool to call instead of answering text (see :func:`wants_tool_call`).
     ``response_headers`` are sent with the answer (say ``x-ratelimit-remaining-requests``), whatever it
     is; the headers the server *received* are in :attr:`FakeStats.last_headers`.
     """
@@ -129,6 +131,10 @@ class FakeBehavior:
     response_headers: dict[str, str] = field(default_factory=dict)  # added to every answer (errors too)
     content: str | None = None  # a non-stream chat answer's exact message content (JSON for extraction tests, say)
     image_count: int | None = None  # an images answer carries this many images, whatever `n` asked
+    # call this tool (chat: ``tool_calls``; Anthropic: a ``tool_use`` block; streams too) with these JSON arguments
+    # when the request offers tools and its last turn is not already a tool's result (then: the usual text)
+    tool_call: str | None = None
+    tool_arguments: str = '{"location": "Paris"}'
 
     def __post_init__(self) -> None:
         if self.split not in _SPLIT_MODES:
@@ -194,6 +200,20 @@ def prompt_tokens_for(messages: Any, system: Any = None) -> int:
     if isinstance(messages, list):
         chars += sum(_text_chars(m.get("content")) for m in messages if isinstance(m, dict))
     return chars // 4 + 1
+
+
+def wants_tool_call(behavior: FakeBehavior, body: Mapping[str, Any]) -> bool:
+    """Whether this request is answered with a call of ``behavior.tool_call``: tools are offered and the
+    last turn is not a tool's result (an OpenAI ``tool`` message, an Anthropic ``tool_result`` block)."""
+    if behavior.tool_call is None or not body.get("tools"):
+        return False
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages and isinstance(messages[-1], dict) else {}
+    if last.get("role") == "tool":
+        return False
+    content = last.get("content")
+    return not (isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content))
 
 
 def _embedding_tokens(item: Any) -> int:
@@ -441,6 +461,7 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._route(self._models))
         app.router.add_post("/v1/messages", self._route(self._messages))
         app.router.add_post("/v1/images/generations", self._route(self._images))
+        app.router.add_post("/v1/messages/count_tokens", self._route(self._count_tokens))
         app.router.add_get("/_fake/stats", self._http_stats)
         app.router.add_get("/_fake/defaults", self._http_get_defaults)
         app.router.add_post("/_fake/defaults", self._http_set_defaults)
@@ -553,7 +574,7 @@ class FakeUpstream:
             behavior = self._script.popleft() if self._script else self._defaults
         if behavior.response_headers:
             request[_BEHAVIOR_HEADERS] = behavior.response_headers
-        anthropic = request.path == "/v1/messages"
+        anthropic = request.path.startswith("/v1/messages")
         finished = False
         try:
             body: Any = None
@@ -641,6 +662,8 @@ class FakeUpstream:
         prompt = prompt_tokens_for(body.get("messages")) + behavior.extra_prompt_tokens
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
         chat_id = f"chatcmpl-fake-{seq}"
+        if wants_tool_call(behavior, body):
+            return await self._chat_tool_call(request, behavior, body, seq, model=model)
         if not body.get("stream"):
             text = reply_text(n) if behavior.content is None else behavior.content
             message = {"role": "assistant", "content": text, "refusal": None}
@@ -680,6 +703,8 @@ class FakeUpstream:
         stop_reason = "max_tokens" if capped else "end_turn"
         prompt = prompt_tokens_for(body.get("messages"), body.get("system"))
         msg_id = f"msg_fake_{seq}"
+        if wants_tool_call(behavior, body):
+            return await self._messages_tool_call(request, behavior, body, seq, model=model)
         message: dict[str, Any] = {
             "id": msg_id,
             "type": "message",
@@ -698,6 +723,75 @@ class FakeUpstream:
         start = _sse({"type": "message_start", "message": message}, "message_start")
         events = [start, *self._templates.anthropic(n, stop_reason)]
         return await self._stream(request, behavior, events, 3, n=n, seq=seq)
+
+    async def _count_tokens(
+        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int
+    ) -> tuple[web.StreamResponse, bool]:
+        """Anthropic's ``/v1/messages/count_tokens``: the prompt tokens its answer would report."""
+        count = {"input_tokens": prompt_tokens_for(body.get("messages"), body.get("system"))}
+        return web.Response(body=orjson.dumps(count), headers=_JSON_HEADERS), True
+
+    async def _chat_tool_call(
+        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int, *, model: str
+    ) -> tuple[web.StreamResponse, bool]:
+        """A chat answer calling ``behavior.tool_call`` (a stream sends the arguments in two pieces)."""
+        prompt = prompt_tokens_for(body.get("messages")) + behavior.extra_prompt_tokens
+        args = behavior.tool_arguments
+        n = len(args) // 4 + 1
+        usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        call = {"id": f"call_fake_{seq}", "type": "function", "function": {"name": behavior.tool_call,
+                                                                          "arguments": args}}
+        head = {"id": f"chatcmpl-fake-{seq}", "created": CREATED, "model": model, "system_fingerprint": _FINGERPRINT}
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": None, "tool_calls": [call], "refusal": None}
+            payload = {**head, "object": "chat.completion", "usage": usage,
+                       "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "tool_calls"}]}
+            return web.Response(body=orjson.dumps(payload), headers=_JSON_HEADERS), True
+        options = body.get("stream_options")
+        with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return _sse({**head, "object": "chat.completion.chunk", "choices": [choice],
+                         **({"usage": None} if with_usage else {})})
+
+        half = len(args) // 2
+        opening = {"index": 0, **call, "function": {"name": behavior.tool_call, "arguments": ""}}
+        events = [chunk({"role": "assistant", "content": None, "tool_calls": [opening]}),
+                  *(chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+                    for piece in (args[:half], args[half:])),
+                  chunk({}, "tool_calls")]
+        if with_usage and behavior.usage_in_stream:
+            events.append(_sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage}))
+        events.append(_DONE)
+        return await self._write_events(request, behavior, events, None, seq=seq)
+
+    async def _messages_tool_call(
+        self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int, *, model: str
+    ) -> tuple[web.StreamResponse, bool]:
+        """An Anthropic answer with one ``tool_use`` block (a stream sends the input in two pieces)."""
+        prompt = prompt_tokens_for(body.get("messages"), body.get("system"))
+        args = behavior.tool_arguments
+        n = len(args) // 4 + 1
+        block = {"type": "tool_use", "id": f"toolu_fake_{seq}", "name": behavior.tool_call}
+        message: dict[str, Any] = {"id": f"msg_fake_{seq}", "type": "message", "role": "assistant", "model": model,
+                                   "content": [{**block, "input": orjson.loads(args)}], "stop_reason": "tool_use",
+                                   "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": n}}
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(message), headers=_JSON_HEADERS), True
+        start = {**message, "content": [], "stop_reason": None, "usage": {"input_tokens": prompt, "output_tokens": 1}}
+        half = len(args) // 2
+        events = [_sse({"type": "message_start", "message": start}, "message_start"),
+                  _sse({"type": "content_block_start", "index": 0, "content_block": {**block, "input": {}}},
+                       "content_block_start"),
+                  *(_sse({"type": "content_block_delta", "index": 0,
+                          "delta": {"type": "input_json_delta", "partial_json": piece}}, "content_block_delta")
+                    for piece in (args[:half], args[half:])),
+                  _sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+                  _sse({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                        "usage": {"output_tokens": n}}, "message_delta"),
+                  _sse({"type": "message_stop"}, "message_stop")]
+        return await self._write_events(request, behavior, events, None, seq=seq)
 
     async def _stream(
         self,
