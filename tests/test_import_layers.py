@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.shutdown",),  # the process's shutdown phases (readiness and the open streams read them)
     ("hearth.alerting",),  # alert checks (a scheduler pass over gateway, tasks, reviews) and the alert sender
     ("hearth.usage",),  # usage events' relay: sinks (signed webhook, NATS, RabbitMQ) fed from the outbox
+    ("hearth.batches",),  # the OpenAI Batch API on the task engine: files, batches, the executor through the gateway
     ("hearth.documents",),  # the document pipeline: blobs, PDF text, evidence, review triggers, jobs
     ("hearth.workflows",),  # schedules (and, next, workflows and reviews) on the task engine
     ("hearth.tasks",),  # the durable task engine: the queue is a table; capability tasks run on it

@@ -25,11 +25,13 @@ from hearth.api import (
     admin,
     ai,
     alerts,
+    batches,
     budgets,
     callers_admin,
     dead_letters,
     document_jobs,
     documents,
+    files,
     health,
     metrics,
     model_registry,
@@ -100,6 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workflows.router)
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
+    app.include_router(files.router)
+    app.include_router(batches.router)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

@@ -257,3 +257,12 @@ class UpstreamNetworkError(Exception):
         self.timeout = timeout
         self.code = code or ("upstream_stream_idle" if timeout else "upstream_stream_interrupted")
         super().__init__(message)
+
+# the OpenAI Batch API (docs/batches.md)
+CATALOG["batch_not_found"] = ErrorSpec(404, False, "invalid_request_error", "The batch does not exist.")
+CATALOG["batch_state_conflict"] = ErrorSpec(409, False, "invalid_request_error",
+                                            "The batch cannot do this in its current status.")
+CATALOG["batch_expired"] = ErrorSpec(400, False, "invalid_request_error",
+                                     "This request could not be executed before the completion window expired.")
+CATALOG["batch_cancelled"] = ErrorSpec(400, False, "invalid_request_error",
+                                       "This request was not executed: the batch was cancelled.")

@@ -21,6 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.alerting.checks import AlertChecks
 from hearth.alerting.config import AlertConfig, alert_config, check_alert_url
 from hearth.alerting.sender import AlertSender
+from hearth.batches.batch_store import BatchStore
+from hearth.batches.batch_task import BatchTasks
+from hearth.batches.executor import ExecutorLimits
+from hearth.batches.file_store import FileStore
+from hearth.batches.service import BatchService
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.chat_stream import ChatRuns
 from hearth.capabilities.sources import SourceLimits
@@ -108,6 +113,8 @@ class Runtime:
     usage_events: UsageEvents | None = None  # None: no usage-event sink configured (no outbox row is written)
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     started_at: float = field(default_factory=time.time)
+    files: FileStore | None = None  # the OpenAI Files API's store (docs/batches.md)
+    batches: BatchService | None = None  # the Batch API's service
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -264,6 +271,9 @@ async def start_runtime(settings: Settings) -> Runtime:
                                     sources=source_limits(settings))
         document_tasks = DocumentTasks(engine, documents, max_pages=settings.document_max_pages)
         document_tasks.register(types)
+        files = FileStore(engine, blobs, max_bytes=settings.batch_file_max_bytes)
+        BatchTasks(engine, files, BatchStore(engine), ExecutorLimits(concurrency=settings.batch_concurrency),
+                   max_lines=settings.batch_max_lines).register(types)
         definitions = DefinitionStore(engine)
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)
@@ -342,6 +352,8 @@ async def start_runtime(settings: Settings) -> Runtime:
                                    timeout_s=settings.shutdown_timeout_s))
     if tasks.worker is not None:
         rt.shutdown.on_begin(tasks.worker.stop_claiming)
+    rt.files = files
+    rt.batches = BatchService(engine, files, tasks.service, max_lines=settings.batch_max_lines)
     rt.usage_events = build_usage_events(settings, engine, session, guard=outbound,
                                          provider_of=lambda name: _provider_of(gateway, name))
     gateway.on_auth_failure = rt.disable_after_auth_failure

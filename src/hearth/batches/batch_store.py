@@ -1,0 +1,146 @@
+"""The ``batches`` and ``batch_items`` tables: a batch's status, counters and files; one row per answered line.
+
+Status moves (OpenAI's): ``validating → in_progress → finalizing → completed``; ``validating → failed`` (the
+input file is wrong); ``in_progress → finalizing → expired`` (the completion window passed);
+``validating | in_progress → cancelling → cancelled``. Every move names the statuses it may come from, so two
+processes (a cancel and the executor) never both win.
+
+Exactly once: a line's answer is an INSERT keyed by (batch, line) that a second answer cannot repeat (ON CONFLICT
+DO NOTHING), in the same transaction as the counter it adds to. The output files are assembled from these rows,
+so whatever ran twice (a call in flight when its worker died), each line appears once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from hearth.batches.file_store import past_anchor
+from hearth.store.db import write_transaction
+from hearth.store.tables import batch_items as _items
+from hearth.store.tables import batches as _t
+
+ACTIVE = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+_TIMESTAMPS = ("created_at", "in_progress_at", "expires_at", "finalizing_at", "completed_at", "failed_at",
+               "expired_at", "cancelling_at", "cancelled_at")
+_READ_CHUNK = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    row: Mapping[Any, Any]
+
+    @property
+    def id(self) -> str:
+        return str(self.row["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.row["status"])
+
+    @property
+    def caller(self) -> str:
+        return str(self.row["caller"])
+
+    def view(self) -> dict[str, Any]:
+        """OpenAI's Batch object (timestamps in whole seconds, as OpenAI gives them)."""
+        r = self.row
+        out: dict[str, Any] = {"id": r["id"], "object": "batch", "endpoint": r["endpoint"], "errors": r["errors"],
+                               "input_file_id": r["input_file_id"], "completion_window": r["completion_window"],
+                               "status": r["status"], "output_file_id": r["output_file_id"],
+                               "error_file_id": r["error_file_id"]}
+        out.update({k: int(r[k]) if r[k] is not None else None for k in _TIMESTAMPS})
+        out["request_counts"] = {"total": r["total"], "completed": r["completed"], "failed": r["failed"]}
+        out["metadata"] = r["batch_metadata"]
+        return out
+
+
+class BatchStore:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def insert(self, conn: AsyncConnection, row: dict[str, Any]) -> None:
+        await conn.execute(_t.insert().values(**row))
+
+    async def insert_items(self, conn: AsyncConnection, batch_id: str, items: Sequence[tuple[int, bool, str]],
+                           now: float) -> None:
+        """Answers known at creation (lines whose body was refused), with the batch's row."""
+        if items:
+            await conn.execute(_items.insert(), [{"batch_id": batch_id, "line": line, "ok": ok, "output": output,
+                                                  "created_at": now} for line, ok, output in items])
+
+    async def get(self, batch_id: str) -> Batch | None:
+        if len(batch_id) > 40:
+            return None
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(_t).where(_t.c.id == batch_id))).mappings().first()
+        return Batch(row) if row is not None else None
+
+    async def page(self, caller: str, *, after: str | None, limit: int) -> tuple[list[Batch], bool] | None:
+        """The caller's batches, newest first, after the batch ``after`` (None if ``after`` is not theirs)."""
+        stmt = select(_t).where(_t.c.caller == caller)
+        async with self.engine.connect() as conn:
+            if after is not None:
+                anchor = (await conn.execute(select(_t.c.created_at).where(
+                    _t.c.id == after, _t.c.caller == caller))).scalar()
+                if anchor is None:
+                    return None
+                stmt = stmt.where(past_anchor(_t.c.created_at, _t.c.id, anchor, after, newest_first=True))
+            rows = (await conn.execute(stmt.order_by(_t.c.created_at.desc(), _t.c.id.desc())
+                                       .limit(limit + 1))).mappings().all()
+        return [Batch(r) for r in rows[:limit]], len(rows) > limit
+
+    async def move(self, batch_id: str, to: str, *, only_from: frozenset[str], values: Mapping[str, Any],
+                   conn: AsyncConnection | None = None) -> bool:
+        """Set ``status`` to ``to`` (and ``values``) if it is one of ``only_from``; whether it moved."""
+        stmt = update(_t).where(_t.c.id == batch_id, _t.c.status.in_(only_from)).values(status=to, **values)
+        if conn is not None:
+            return (await conn.execute(stmt)).rowcount == 1
+        async with write_transaction(self.engine) as own:
+            return (await own.execute(stmt)).rowcount == 1
+
+    async def record(self, batch_id: str, line: int, *, ok: bool, output: str, now: float) -> bool:
+        """Record a line's answer once: False if it already had one (then nothing changes)."""
+        async with write_transaction(self.engine) as conn:
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            stmt = dialect.insert(_items).on_conflict_do_nothing(index_elements=["batch_id", "line"])
+            inserted = (await conn.execute(stmt, {"batch_id": batch_id, "line": line, "ok": ok, "output": output,
+                                                  "created_at": now})).rowcount == 1
+            if inserted:
+                counter = _t.c.completed if ok else _t.c.failed
+                await conn.execute(update(_t).where(_t.c.id == batch_id).values({counter: counter + 1}))
+        return inserted
+
+    async def answered(self, batch_id: str) -> set[int]:
+        """The lines that have an answer."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(_items.c.line).where(_items.c.batch_id == batch_id))
+            return {r[0] for r in rows}
+
+    async def count_answers(self, batch_id: str) -> tuple[int, int]:
+        """(ok, failed) answers recorded — what the counters must say."""
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(select(_items.c.ok, func.count()).where(_items.c.batch_id == batch_id)
+                                       .group_by(_items.c.ok))).all()
+        counts = {bool(ok): n for ok, n in rows}
+        return counts.get(True, 0), counts.get(False, 0)
+
+    async def outputs(self, batch_id: str) -> AsyncIterator[tuple[int, bool, str]]:
+        """Every answer in line order (read in chunks: a batch may have 50,000)."""
+        last = -1
+        while True:
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(select(_items.c.line, _items.c.ok, _items.c.output).where(
+                    _items.c.batch_id == batch_id, _items.c.line > last).order_by(_items.c.line)
+                    .limit(_READ_CHUNK))).all()
+            for line, ok, output in rows:
+                yield line, bool(ok), output
+            if len(rows) < _READ_CHUNK:
+                return
+            last = rows[-1][0]
