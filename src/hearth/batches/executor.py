@@ -75,9 +75,13 @@ class BatchExecutor:
         done = len(lines) - len(todo)
         watcher = asyncio.create_task(self._watch(batch, stop), name=f"batch-watch-{batch.id}")
 
+        expires_at = float(batch.row["expires_at"])
+
         async def lane() -> None:
             for index in pending:  # the lanes share one iterator: each takes the next unanswered line
                 task.check_cancel(soft_limit=False)
+                if self.clock.now() >= expires_at:
+                    stop.set("expired")
                 if stop.reason is not None:
                     return
                 await self._answer(batch, caller, index, lines[index], task, stop)
