@@ -264,5 +264,3 @@ CATALOG["batch_state_conflict"] = ErrorSpec(409, False, "invalid_request_error",
                                             "The batch cannot do this in its current status.")
 CATALOG["batch_expired"] = ErrorSpec(400, False, "invalid_request_error",
                                      "This request could not be executed before the completion window expired.")
-CATALOG["batch_cancelled"] = ErrorSpec(400, False, "invalid_request_error",
-                                       "This request was not executed: the batch was cancelled.")
