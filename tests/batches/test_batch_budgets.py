@@ -4,6 +4,7 @@ failing its lines."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -59,8 +60,11 @@ async def test_a_batch_never_overspends_a_strict_budget_and_the_lines_past_it_ar
     assert len(errors) == counts["failed"]
     assert {(e["response"]["status_code"], e["response"]["body"]["error"]["code"]) for e in errors} == {
         (429, "budget_exhausted")}
+    # settlements are group-committed after the calls: flush them, then every call is reserved and settled once
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(server.runtime.ledger.flush(), server.loop))
     ledger = await ledger_summary(database_url)
-    assert ledger["spend"] <= limit and not ledger["duplicates"]
+    assert ledger["settled_calls"] == counts["completed"] == ledger["reserved_calls"] and not ledger["duplicates"]
+    assert ledger["spend"] <= limit
 
 
 async def test_a_caller_rate_limit_slows_a_batch_down_instead_of_failing_its_lines(fake, hearth_server, http):

@@ -114,10 +114,9 @@ class BatchTasks:
         values: dict[str, Any] = {"finalizing_at": self.clock.now()}
         if stop.reason == "expired":
             left = sorted(set(range(len(lines))) - await self.store.answered(batch.id))
-            for index in left:
-                await self.store.record(batch.id, index, ok=False, output=not_sent(lines[index].custom_id,
-                                                                                   "batch_expired"),
-                                        now=self.clock.now())
+            for start in range(0, len(left), 1000):
+                await self.store.record_many(batch.id, [(i, False, not_sent(lines[i].custom_id, "batch_expired"))
+                                                        for i in left[start:start + 1000]], now=self.clock.now())
             values["expired_at"] = self.clock.now()
         if stop.reason != "cancelling":
             await self.store.move(batch.id, "finalizing", only_from=frozenset({"in_progress"}), values=values)

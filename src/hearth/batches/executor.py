@@ -7,8 +7,8 @@ lines of one batch are in flight at once.
 
 A retryable refusal (a caller or endpoint limit, capacity, an upstream outage after failover) is tried again
 after its ``Retry-After`` (or a short backoff) up to ``retries`` more times, then recorded as that error; any
-other error is recorded at once. A line is recorded by :meth:`BatchStore.record` the moment it is answered,
-so work survives a crash line by line.
+other error is recorded at once. A line's answer is committed (:class:`AnswerWriter`: the answers arriving
+together share a transaction) before its lane takes the next line, so work survives a crash line by line.
 
 Stopping: the executor reads the batch's status every ``poll_s`` and stops sending once it is ``cancelling``,
 and stops at the completion window's end (``expires_at``). A task that lost its lease or was cancelled stops at
@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from hearth.batches.batch_store import Batch, BatchStore
+from hearth.batches.batch_store import AnswerWriter, Batch, BatchStore
 from hearth.batches.input_file import InputLine
 from hearth.batches.output_lines import answered, refused, request_id
 from hearth.clock import SYSTEM_CLOCK, Clock
@@ -71,6 +71,7 @@ class BatchExecutor:
                   task: TaskContext) -> Stop:
         """Answer the lines ``todo`` (indexes into ``lines``); how it stopped."""
         stop = Stop()
+        writer = AnswerWriter(self.store, batch.id, self.clock)
         pending: Iterator[int] = iter(todo)
         done = len(lines) - len(todo)
         watcher = asyncio.create_task(self._watch(batch, stop), name=f"batch-watch-{batch.id}")
@@ -84,7 +85,8 @@ class BatchExecutor:
                     stop.set("expired")
                 if stop.reason is not None:
                     return
-                await self._answer(batch, caller, index, lines[index], task, stop)
+                ok, output = await self._answer(batch, caller, lines[index], task, stop)
+                await writer.record(index, ok, output)
                 nonlocal done
                 done += 1
                 task.progress(100 * done // len(lines))
@@ -114,8 +116,9 @@ class BatchExecutor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.event.wait(), self.limits.poll_s)
 
-    async def _answer(self, batch: Batch, caller: Caller, index: int, line: InputLine, task: TaskContext,
-                      stop: Stop) -> None:
+    async def _answer(self, batch: Batch, caller: Caller, line: InputLine, task: TaskContext,
+                      stop: Stop) -> tuple[bool, str]:
+        """(ok, the output line) of one line, after the retries its errors allow."""
         req_id = request_id()
         for attempt in range(self.limits.retries + 1):
             try:
@@ -132,12 +135,13 @@ class BatchExecutor:
                 output, ok = answered(req_id, line.custom_id, exc.status, exc.body), False
                 break
             except Exception as exc:  # a fault of this line's call only: the line says so, the batch goes on
-                log.error("batch_line_failed", batch_id=batch.id, line=index, error=type(exc).__name__, exc_info=exc)
+                log.error("batch_line_failed", batch_id=batch.id, custom_id=line.custom_id, error=type(exc).__name__,
+                          exc_info=exc)
                 output, ok = refused(req_id, line.custom_id, HearthError("internal_error")), False
                 break
         else:  # pragma: no cover - the loop always breaks on its last attempt
             raise AssertionError("unreachable")
-        await self.store.record(batch.id, index, ok=ok, output=output, now=self.clock.now())
+        return ok, output
 
     async def _call(self, batch: Batch, caller: Caller, req_id: str, line: InputLine, task: TaskContext) -> bytes:
         body = line.body
@@ -153,8 +157,4 @@ class BatchExecutor:
         wait = min(MAX_BACKOFF_S, retry_after if retry_after is not None else 2.0 ** attempt)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.event.wait(), wait)
-
-
-def unanswered(total: int, answered_lines: set[int]) -> list[int]:
-    return [i for i in range(total) if i not in answered_lines]
 
