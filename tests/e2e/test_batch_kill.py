@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ async def test_kill9_of_the_worker_mid_batch_resumes_and_answers_each_custom_id_
 
                 before = await until(midway, within=60, every=0.02, what="300 lines answered")
                 doomed.kill9()
-                killed = time.monotonic()
+                killed, killed_wall = time.monotonic(), time.time()
                 at_kill = (await read())["request_counts"]["completed"]
                 sent_at_kill = fake.stats.requests
                 successor = workers.start("successor")
@@ -93,7 +94,10 @@ async def test_kill9_of_the_worker_mid_batch_resumes_and_answers_each_custom_id_
     finally:
         api.stop()
     sent = fake.stats.requests
-    print(f"\n[batch kill -9] answered_before_kill={at_kill} kill_to_done_s={elapsed:.2f} upstream_requests={sent}")
+    (task,) = tasks.json()["data"]["tasks"]
+    resumed_after = datetime.fromisoformat(task["timings"]["started_at"]).timestamp() - killed_wall
+    print(f"\n[batch kill -9] answered_before_kill={at_kill} kill_to_resumed_s={resumed_after:.2f} "
+          f"resumed_run_s={task['timings']['run_ms'] / 1000:.2f} kill_to_done_s={elapsed:.2f} upstream_requests={sent}")
 
     assert before["status"] == "in_progress" and at_kill < LINES  # the kill really came in the middle
     assert batch["status"] == "completed", batch
@@ -105,5 +109,4 @@ async def test_kill9_of_the_worker_mid_batch_resumes_and_answers_each_custom_id_
     assert all(json.loads(line)["response"]["status_code"] == 200 for line in output.text.splitlines())
     # re-sent: at most the calls in flight at the kill (their answers were never recorded)
     assert LINES <= sent <= LINES + CONCURRENCY, (sent, sent_at_kill)
-    (task,) = tasks.json()["data"]["tasks"]
     assert task["state"] == "succeeded" and task["attempt"] == 2  # one attempt killed, the next one resumed
