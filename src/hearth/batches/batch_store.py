@@ -22,7 +22,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.batches.file_store import past_anchor
+from hearth.batches.keyset import owned_page
 from hearth.clock import Clock
 from hearth.store.db import write_transaction
 from hearth.store.tables import batch_items as _items
@@ -87,17 +87,11 @@ class BatchStore:
 
     async def page(self, caller: str, *, after: str | None, limit: int) -> tuple[list[Batch], bool] | None:
         """The caller's batches, newest first, after the batch ``after`` (None if ``after`` is not theirs)."""
-        stmt = select(_t).where(_t.c.caller == caller)
-        async with self.engine.connect() as conn:
-            if after is not None:
-                anchor = (await conn.execute(select(_t.c.created_at).where(
-                    _t.c.id == after, _t.c.caller == caller))).scalar()
-                if anchor is None:
-                    return None
-                stmt = stmt.where(past_anchor(_t.c.created_at, _t.c.id, anchor, after, newest_first=True))
-            rows = (await conn.execute(stmt.order_by(_t.c.created_at.desc(), _t.c.id.desc())
-                                       .limit(limit + 1))).mappings().all()
-        return [Batch(r) for r in rows[:limit]], len(rows) > limit
+        found = await owned_page(self.engine, _t, caller, after=after, limit=limit)
+        if found is None:
+            return None
+        rows, more = found
+        return [Batch(r) for r in rows], more
 
     async def move(self, batch_id: str, to: str, *, only_from: frozenset[str], values: Mapping[str, Any],
                    conn: AsyncConnection | None = None) -> bool:

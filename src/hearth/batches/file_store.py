@@ -8,16 +8,17 @@ the bytes stay, because equal bytes are one object that another file (or documen
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hearth.batches.keyset import owned_page
 from hearth.clock import SYSTEM_CLOCK, Clock
-from hearth.documents.blobs import BlobCorrupted, BlobNotFound, BlobStore
+from hearth.documents.blobs import BlobStore
 from hearth.documents.service import display_name
+from hearth.documents.stored_bytes import read_stored
 from hearth.errors import HearthError
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
@@ -116,15 +117,7 @@ class FileStore:
     async def read(self, stored: StoredFile) -> bytes:
         """The file's bytes, checked against their SHA-256; gone or damaged bytes are a 500
         ``document_content_missing`` (a row always names stored bytes: the store lost them)."""
-        if stored.storage != self.blobs.name:
-            log.error("file_store_mismatch", file_id=stored.id, stored_in=stored.storage, this_store=self.blobs.name)
-            raise HearthError("document_content_missing", details={"reason": "other_store"})
-        try:
-            return await self.blobs.get(stored.blob_key)
-        except (BlobNotFound, BlobCorrupted) as exc:
-            reason = "missing" if isinstance(exc, BlobNotFound) else "corrupted"
-            log.error("file_content_missing", file_id=stored.id, key=stored.blob_key, reason=reason)
-            raise HearthError("document_content_missing", details={"reason": reason}) from None
+        return await read_stored(self.blobs, storage=stored.storage, key=stored.blob_key, row={"file_id": stored.id})
 
     async def delete(self, file_id: str, caller: str) -> None:
         stored = await self.get(file_id, caller)
@@ -135,27 +128,12 @@ class FileStore:
     async def page(self, caller: str, *, purpose: str | None, after: str | None, limit: int,
                    newest_first: bool = True) -> FilePage:
         """Keyset paging by (created_at, id): ``after`` is the last id of the previous page."""
-        stmt = select(_t).where(_t.c.caller == caller)
-        if purpose is not None:
-            stmt = stmt.where(_t.c.purpose == purpose)
-        order = (_t.c.created_at.desc(), _t.c.id.desc()) if newest_first else (_t.c.created_at, _t.c.id)
-        async with self.engine.connect() as conn:
-            if after is not None:
-                anchor = (await conn.execute(select(_t.c.created_at).where(
-                    _t.c.id == after, _t.c.caller == caller))).scalar()
-                if anchor is None:
-                    raise HearthError("file_not_found", f"No such File object: {after}", param="after")
-                stmt = stmt.where(past_anchor(_t.c.created_at, _t.c.id, anchor, after, newest_first=newest_first))
-            rows: Sequence[Mapping[Any, Any]] = (await conn.execute(
-                stmt.order_by(*order).limit(limit + 1))).mappings().all()
-        return FilePage([StoredFile(**r) for r in rows[:limit]], has_more=len(rows) > limit)
-
-
-def past_anchor(at_col: Any, id_col: Any, at: float, ident: str, *, newest_first: bool) -> Any:
-    """Rows strictly past (at, ident) in the listing's order (a keyset condition both databases index)."""
-    if newest_first:
-        return or_(at_col < at, and_(at_col == at, id_col < ident))
-    return or_(at_col > at, and_(at_col == at, id_col > ident))
+        found = await owned_page(self.engine, _t, caller, after=after, limit=limit, newest_first=newest_first,
+                                 where=[_t.c.purpose == purpose] if purpose is not None else [])
+        if found is None:
+            raise HearthError("file_not_found", f"No such File object: {after}", param="after")
+        rows, more = found
+        return FilePage([StoredFile(**r) for r in rows], has_more=more)
 
 
 def too_large(max_bytes: int) -> HearthError:
