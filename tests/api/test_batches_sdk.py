@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.e2e.task_runs import until
-from tests.support import ADMIN, gateway_registry, request_log_row
+from tests.support import ADMIN, AUTH, gateway_registry, request_log_row
 
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
@@ -241,3 +241,31 @@ async def test_uploads_other_than_batch_jsonl_are_refused(sdk, fake, hearth_serv
     with pytest.raises(openai.APIStatusError) as too_big:
         await client.files.create(file=("x.jsonl", b"x" * 200), purpose="batch")
     assert too_big.value.status_code == 413 and too_big.value.code == "file_too_large"
+
+
+async def test_a_batch_whose_task_is_cancelled_through_the_task_api_ends_cancelled_with_its_answers(
+        sdk, fake, hearth_server, http, database_url):
+    server = hearth_server(_registry(fake), database_url=database_url, batch_concurrency=2)
+    client = sdk(server)
+    fake.set_defaults(latency_ms=50)
+    lines = [_line(f"r{i}", _chat(f"q{i}")) for i in range(200)]
+    uploaded = await client.files.create(file=("many.jsonl", _jsonl(lines)), purpose="batch")
+    created = await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                          completion_window="24h")
+
+    async def some_answered() -> Any:
+        batch = await client.batches.retrieve(created.id)
+        return batch if batch.request_counts.completed >= 2 else None
+
+    await until(some_answered, within=30, what="a few lines answered")
+    tasks = (await http.get(server.base_url + "/api/v1/ai/tasks", params={"task_type": "openai_batch"},
+                            headers=AUTH)).json()["data"]["tasks"]
+    cancelled = await http.post(server.base_url + f"/api/v1/ai/tasks/{tasks[0]['task_id']}/cancel", headers=AUTH)
+    assert cancelled.status_code == 200, cancelled.text
+
+    batch = await _finished(client, created.id)  # retrieving it ends it, once its task is over
+
+    assert batch.status == "cancelled" and batch.cancelled_at is not None
+    output = await _lines_of(client, batch.output_file_id)
+    done = batch.request_counts.completed
+    assert len(output) == done and done <= fake.stats.requests <= done + 2  # the kill cut the calls in flight

@@ -24,7 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.batches.batch_store import TERMINAL, Batch, BatchStore
 from hearth.batches.executor import BatchExecutor, ExecutorLimits
-from hearth.batches.file_store import OUTPUT_PURPOSE, FileStore, StoredFile
+from hearth.batches.file_store import FileStore
+from hearth.batches.finalize import fail, finalize
 from hearth.batches.input_file import InputLine, parse_input
 from hearth.batches.output_lines import not_sent
 from hearth.clock import SYSTEM_CLOCK, Clock
@@ -32,7 +33,6 @@ from hearth.errors import HearthError
 from hearth.gateway.service import Gateway
 from hearth.observability.logging import get_logger
 from hearth.registry.snapshot import Caller
-from hearth.store.db import write_transaction
 from hearth.tasks.retry import RetryPolicy
 from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskType, TaskTypes
 
@@ -42,10 +42,6 @@ BATCH_TASK = "openai_batch"
 BATCH_QUEUE = "ai.default"
 # Each crash of a worker running the batch costs an attempt; every attempt resumes where the last one stopped.
 BATCH_RETRY = RetryPolicy(max_attempts=10, base_delay_s=1.0, max_delay_s=60.0)
-
-
-class _Superseded(Exception):
-    """The batch's status changed under the final write (it was cancelled, or another attempt finished it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +66,7 @@ class BatchTasks:
         except Exception as exc:
             error = exc if isinstance(exc, HearthError) else HearthError("internal_error")
             if not error.retryable or ctx.task.attempt >= ctx.task.max_attempts:
-                await self._fail(batch_id, error)
+                await fail(self.store, batch_id, error, clock=self.clock)
             if error is exc:
                 raise
             log.error("batch_attempt_failed", batch_id=batch_id, error=type(exc).__name__, exc_info=exc)
@@ -99,7 +95,7 @@ class BatchTasks:
             final = "cancelled"
         else:
             return {"batch_id": batch_id, "status": batch.status}
-        await self._finalize(batch, final)
+        await finalize(self.engine, self.files, self.store, batch, final, clock=self.clock)
         log.info("batch_finished", batch_id=batch_id, status=final, task_id=ctx.task.id)
         return {"batch_id": batch_id, "status": final}
 
@@ -120,45 +116,6 @@ class BatchTasks:
             values["expired_at"] = self.clock.now()
         if stop.reason != "cancelling":
             await self.store.move(batch.id, "finalizing", only_from=frozenset({"in_progress"}), values=values)
-
-    async def _finalize(self, batch: Batch, final: str) -> None:
-        """Assemble both files in input order and record them with the final status, in one transaction."""
-        ok_lines: list[str] = []
-        error_lines: list[str] = []
-        async for _line, ok, output in self.store.outputs(batch.id):
-            (ok_lines if ok else error_lines).append(output)
-        produced: dict[str, StoredFile | None] = {"output": None, "error": None}
-        for kind, lines in (("output", ok_lines), ("error", error_lines)):
-            if lines:
-                produced[kind] = await self.files.put(("\n".join(lines) + "\n").encode(),
-                                                      filename=f"{batch.id}_{kind}.jsonl", purpose=OUTPUT_PURPOSE,
-                                                      caller=batch.caller)
-        now = self.clock.now()
-        values: dict[str, Any] = {f"{final}_at": now, "completed": len(ok_lines), "failed": len(error_lines),
-                                  "output_file_id": produced["output"].id if produced["output"] else None,
-                                  "error_file_id": produced["error"].id if produced["error"] else None}
-        if final == "expired":
-            values.pop("expired_at")  # set when the window's end was decided
-        source = "cancelling" if final == "cancelled" else "finalizing"
-        try:
-            async with write_transaction(self.engine) as conn:
-                for stored in produced.values():
-                    if stored is not None:
-                        await self.files.insert(conn, stored)
-                if not await self.store.move(batch.id, final, only_from=frozenset({source}), values=values,
-                                             conn=conn):
-                    raise _Superseded(batch.id)
-        except _Superseded:
-            log.info("batch_finalize_superseded", batch_id=batch.id, wanted=final)
-
-    async def _fail(self, batch_id: str, error: HearthError) -> None:
-        errors = {"object": "list", "data": [{"code": error.code, "message": error.message, "param": None,
-                                              "line": None}]}
-        moved = await self.store.move(batch_id, "failed", only_from=frozenset({"validating", "in_progress",
-                                                                               "finalizing", "cancelling"}),
-                                      values={"failed_at": self.clock.now(), "errors": errors})
-        if moved:
-            log.warning("batch_failed", batch_id=batch_id, error_code=error.code)
 
     async def _lines(self, batch: Batch) -> list[InputLine]:
         stored = await self.files.get(str(batch.row["input_file_id"]), batch.caller)

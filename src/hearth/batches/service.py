@@ -18,9 +18,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hearth.batches.batch_store import Batch, BatchStore
+from hearth.batches.batch_store import ACTIVE, Batch, BatchStore
 from hearth.batches.batch_task import BATCH_TASK
 from hearth.batches.file_store import FileStore
+from hearth.batches.finalize import fail, finalize
 from hearth.batches.input_file import ENDPOINTS, BodyCheck, parse_input
 from hearth.batches.output_lines import refused, request_id
 from hearth.clock import SYSTEM_CLOCK, Clock
@@ -29,6 +30,7 @@ from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.tasks.service import Submission, TaskService
+from hearth.tasks.states import TERMINAL as TASK_TERMINAL
 
 log = get_logger("hearth.batches")
 
@@ -124,10 +126,32 @@ class BatchService:
         return await self.get(batch_id, req.caller)
 
     async def get(self, batch_id: str, caller: str) -> Batch:
+        """The caller's batch; one still running whose task already ended is ended first (:meth:`_orphaned`)."""
         batch = await self.store.get(batch_id)
         if batch is None or batch.caller != caller:
             raise HearthError("batch_not_found", f"No batch found with id '{batch_id}'.", param="batch_id")
+        if batch.status in ACTIVE and batch.row["task_id"] is not None and await self._orphaned(batch):
+            batch = await self.store.get(batch_id) or batch
         return batch
+
+    async def _orphaned(self, batch: Batch) -> bool:
+        """A batch whose task ended without ending it — an operator or the caller killed the task through the task
+        API (before it ran, or while it ran), or its last attempt was lost — is ended now: ``cancelled`` with the
+        answers so far for a killed task, else ``failed``. Whether it was."""
+        task = await self.tasks.get(str(batch.row["task_id"]), caller=None)
+        if task["state"] not in TASK_TERMINAL:
+            return False
+        if task["state"] == "killed":
+            await self.store.move(batch.id, "cancelling", only_from=frozenset({"validating", "in_progress"}),
+                                  values={"cancelling_at": self.clock.now()})
+            current = await self.store.get(batch.id)
+            if current is not None and current.status == "cancelling":
+                await finalize(self.engine, self.files, self.store, current, "cancelled", clock=self.clock)
+        else:
+            await fail(self.store, batch.id, HearthError("internal_error", f"The batch's task ended {task['state']} "
+                                                         "without finishing it."), clock=self.clock)
+        log.warning("batch_task_ended_first", batch_id=batch.id, task_id=task["id"], task_state=task["state"])
+        return True
 
     async def cancel(self, batch_id: str, caller: str) -> Batch:
         """``validating`` / ``in_progress`` → ``cancelling``; the task stops sending, finishes the calls in flight
