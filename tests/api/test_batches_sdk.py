@@ -232,9 +232,13 @@ async def test_files_and_batches_belong_to_their_caller_and_delete_removes_a_fil
         await mine.files.retrieve(uploaded.id)
 
 
-async def test_uploads_other_than_batch_jsonl_are_refused(sdk, fake, hearth_server):
+async def test_uploads_other_than_batch_jsonl_are_refused(sdk, fake, hearth_server, http):
     server = hearth_server(_registry(fake), batch_file_max_bytes=100)
     client = sdk(server)
+    url = server.base_url + "/v1/files"
+    for data, param in (({}, "purpose"), ({"purpose": "b" * 2000}, "file")):  # missing; longer than a field may be
+        r = await http.post(url, files={"file": ("x.jsonl", b"{}\n")}, data=data, headers=AUTH)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     with pytest.raises(openai.BadRequestError) as wrong_purpose:
         await client.files.create(file=("x.jsonl", b"{}\n"), purpose="fine-tune")
     assert wrong_purpose.value.body["param"] == "purpose"
