@@ -16,10 +16,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from hearth.api.batch_schemas import FileDeleted, FileList, FileObject
-from hearth.api.deps import authenticate_caller, claim_nonce, runtime
-from hearth.api.multipart_upload import FIELD, read_upload
+from hearth.api.deps import authenticate_caller, runtime
+from hearth.api.multipart_upload import FIELD, signed_upload
 from hearth.api.openai_schemas import ERROR_RESPONSES
-from hearth.auth.internal import check_signature, identify_caller
 from hearth.batches.file_store import MAX_LIST, FileStore, too_large
 from hearth.errors import HearthError
 
@@ -44,19 +43,13 @@ def _json(value: dict[str, Any]) -> Response:
 @router.post("", summary="Upload a file (purpose `batch`: JSONL of batch requests)", openapi_extra=_UPLOAD_BODY,
              responses={200: {"model": FileObject}})
 async def create_file(request: Request) -> Response:
-    rt = runtime(request)
     files = file_store(request)
-    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)  # a stranger's upload is not read
-    must_sign = caller.require_signature or rt.settings.require_signatures
     try:
-        upload, raw = await read_upload(request, max_file_bytes=files.max_bytes, keep_raw=must_sign)
+        caller, upload = await signed_upload(request, max_file_bytes=files.max_bytes)
     except HearthError as exc:
-        if exc.code == "document_too_large":
+        if exc.code == "document_too_large":  # the reader's code for documents; files have their own
             raise too_large(files.max_bytes) from None
         raise
-    pending = await check_signature(caller, request.scope, raw, rt.settings,
-                                    not_before=getattr(rt.state, "lost_at", None))
-    await claim_nonce(request, pending)
     purpose = upload.fields.get("purpose")
     if not purpose:
         raise HearthError("invalid_request", "`purpose` is required.", param="purpose")

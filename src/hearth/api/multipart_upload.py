@@ -20,8 +20,11 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
+from hearth.api.deps import claim_nonce, runtime
+from hearth.auth.internal import check_signature, identify_caller
 from hearth.documents.service import too_large
 from hearth.errors import HearthError
+from hearth.registry.snapshot import Caller
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -89,6 +92,19 @@ async def read_upload(request: Request, *, max_file_bytes: int, keep_raw: bool =
         raise _malformed(f"The multipart body has no `{FIELD}` part.", "file_missing")
     fields = {name: value.decode("utf-8", "replace") for name, value in state.fields.items()}
     return UploadedFile(bytes(state.file), state.filename, state.content_type, fields), b"".join(raw)
+
+
+async def signed_upload(request: Request, *, max_file_bytes: int) -> tuple[Caller, UploadedFile]:
+    """The calling application and its uploaded ``file``. A stranger's upload is not even read; a caller that must
+    sign signs the multipart body as sent (the raw body is kept for that only), and its nonce is claimed here."""
+    rt = runtime(request)
+    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    must_sign = caller.require_signature or rt.settings.require_signatures
+    upload, raw = await read_upload(request, max_file_bytes=max_file_bytes, keep_raw=must_sign)
+    pending = await check_signature(caller, request.scope, raw, rt.settings,
+                                    not_before=getattr(rt.state, "lost_at", None))
+    await claim_nonce(request, pending)
+    return caller, upload
 
 
 def _boundary(content_type: str) -> bytes:
