@@ -11,8 +11,9 @@ from typing import Any
 import openai
 import pytest
 
+from hearth.auth.signing import signed_headers
 from tests.e2e.task_runs import until
-from tests.support import ADMIN, AUTH, gateway_registry, request_log_row
+from tests.support import ADMIN, AUTH, SIGNING_KEY, gateway_registry, request_log_row, signing_registry
 
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
@@ -273,3 +274,21 @@ async def test_a_batch_whose_task_is_cancelled_through_the_task_api_ends_cancell
     output = await _lines_of(client, batch.output_file_id)
     done = batch.request_counts.completed
     assert len(output) == done and done <= fake.stats.requests <= done + 2  # the kill cut the calls in flight
+
+
+async def test_a_caller_that_must_sign_signs_the_upload_as_sent_and_the_batch_create(fake, hearth_server, http):
+    server = hearth_server(signing_registry(fake))
+    line = json.dumps(_line("s1", _chat("x"))).encode()
+    body = (b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--b\r\n'
+            b'Content-Disposition: form-data; name="file"; filename="in.jsonl"\r\n\r\n' + line + b"\r\n--b--\r\n")
+    base = {**AUTH, "Content-Type": "multipart/form-data; boundary=b"}
+    unsigned = await http.post(server.base_url + "/v1/files", headers=base, content=body)
+    assert unsigned.status_code == 401 and unsigned.json()["error"]["code"] == "signature_required"
+    uploaded = await http.post(server.base_url + "/v1/files", content=body, headers={
+        **base, **signed_headers(SIGNING_KEY, "POST", "/v1/files", body)})
+    assert uploaded.status_code == 200 and uploaded.json()["bytes"] == len(line), uploaded.text
+    create = json.dumps({"input_file_id": uploaded.json()["id"], "endpoint": "/v1/chat/completions",
+                         "completion_window": "24h"}).encode()
+    created = await http.post(server.base_url + "/v1/batches", content=create, headers={
+        **AUTH, "Content-Type": "application/json", **signed_headers(SIGNING_KEY, "POST", "/v1/batches", create)})
+    assert created.status_code == 200 and created.json()["request_counts"]["total"] == 1, created.text
