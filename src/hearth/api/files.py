@@ -59,7 +59,7 @@ async def create_file(request: Request) -> Response:
 
 @router.get("", summary="List this caller's files (newest first; `after` pages on)",
             responses={200: {"model": FileList}})
-async def list_files(request: Request, purpose: str | None = None, after: str | None = None, limit: int = 10_000,
+async def list_files(request: Request, *, purpose: str | None = None, after: str | None = None, limit: int = 10_000,
                      order: str = "desc") -> Response:
     caller = await authenticate_caller(request)
     if not 1 <= limit <= MAX_LIST:

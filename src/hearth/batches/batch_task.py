@@ -87,7 +87,7 @@ class BatchTasks:
             batch = await self._reread(batch_id)
         if batch.status == "in_progress":
             lines = await self._lines(batch)
-            await self._execute(ctx, batch, caller, gateway, lines)
+            await self._execute(ctx, batch, caller=caller, gateway=gateway, lines=lines)
             batch = await self._reread(batch_id)
         if batch.status == "finalizing":
             final = "expired" if batch.row["expired_at"] is not None else "completed"
@@ -95,18 +95,18 @@ class BatchTasks:
             final = "cancelled"
         else:
             return {"batch_id": batch_id, "status": batch.status}
-        await finalize(self.engine, self.files, self.store, batch, final, clock=self.clock)
+        await finalize(self.engine, self.files, self.store, batch, final=final, clock=self.clock)
         log.info("batch_finished", batch_id=batch_id, status=final, task_id=ctx.task.id)
         return {"batch_id": batch_id, "status": final}
 
-    async def _execute(self, ctx: TaskContext, batch: Batch, caller: Caller, gateway: Gateway,
+    async def _execute(self, ctx: TaskContext, batch: Batch, *, caller: Caller, gateway: Gateway,
                        lines: list[InputLine]) -> None:
         """Run what is left; then move to ``finalizing`` (a cancel meanwhile keeps ``cancelling``)."""
         answered = await self.store.answered(batch.id)
         todo = [i for i in range(len(lines)) if i not in answered]
         ctx.progress(_percent(len(lines) - len(todo), len(lines)), "running")
         executor = BatchExecutor(gateway, self.store, limits=self.limits, clock=self.clock)
-        stop = await executor.run(batch, caller, lines, todo, ctx)
+        stop = await executor.run(batch, caller, lines=lines, todo=todo, task=ctx)
         values: dict[str, Any] = {"finalizing_at": self.clock.now()}
         if stop.reason == "expired":
             left = sorted(set(range(len(lines))) - await self.store.answered(batch.id))

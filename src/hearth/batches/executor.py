@@ -67,7 +67,7 @@ class BatchExecutor:
         self.limits = limits
         self.clock = clock
 
-    async def run(self, batch: Batch, caller: Caller, lines: Sequence[InputLine], todo: Sequence[int],
+    async def run(self, batch: Batch, caller: Caller, *, lines: Sequence[InputLine], todo: Sequence[int],
                   task: TaskContext) -> Stop:
         """Answer the lines ``todo`` (indexes into ``lines``); how it stopped."""
         stop = Stop()
@@ -85,7 +85,7 @@ class BatchExecutor:
                     stop.set("expired")
                 if stop.reason is not None:
                     return
-                ok, output = await self._answer(batch, caller, lines[index], task, stop)
+                ok, output = await self._answer(batch, caller, lines[index], task=task, stop=stop)
                 await writer.record(index, ok, output)
                 nonlocal done
                 done += 1
@@ -116,13 +116,14 @@ class BatchExecutor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.event.wait(), self.limits.poll_s)
 
-    async def _answer(self, batch: Batch, caller: Caller, line: InputLine, task: TaskContext,
+    async def _answer(self, batch: Batch, caller: Caller, line: InputLine, *, task: TaskContext,
                       stop: Stop) -> tuple[bool, str]:
         """(ok, the output line) of one line, after the retries its errors allow."""
         req_id = request_id()
         for attempt in range(self.limits.retries + 1):
             try:
-                output = answered(req_id, line.custom_id, 200, await self._call(batch, caller, req_id, line, task))
+                body = await self._call(batch, caller, req_id, line=line, task=task)
+                output = answered(req_id, line.custom_id, 200, body)
                 ok = True
                 break
             except HearthError as exc:
@@ -143,7 +144,7 @@ class BatchExecutor:
             raise AssertionError("unreachable")
         return ok, output
 
-    async def _call(self, batch: Batch, caller: Caller, req_id: str, line: InputLine, task: TaskContext) -> bytes:
+    async def _call(self, batch: Batch, caller: Caller, req_id: str, *, line: InputLine, task: TaskContext) -> bytes:
         body = line.body
         user = body.get("user")
         ctx = CallContext(request_id=req_id, caller=caller, route="batch", tenant=batch.row["tenant"],

@@ -24,7 +24,7 @@ class _Superseded(Exception):
     """The batch's status changed under the final write (it was cancelled, or another attempt finished it)."""
 
 
-async def finalize(engine: AsyncEngine, files: FileStore, store: BatchStore, batch: Batch, final: str, *,
+async def finalize(engine: AsyncEngine, files: FileStore, store: BatchStore, batch: Batch, *, final: str,
                    clock: Clock) -> None:
     """Assemble both files in input order and record them with the final status (``completed`` or ``expired``
     from ``finalizing``, ``cancelled`` from ``cancelling``) in one transaction; nothing if the status moved."""

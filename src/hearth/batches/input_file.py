@@ -79,7 +79,7 @@ def parse_input(data: bytes, *, endpoint: str, max_lines: int, check_body: BodyC
         if len(parsed.lines) >= max_lines:
             parsed.problem("too_many_requests", f"The file has more than {max_lines} requests.", line=number)
             break
-        line = _checked_line(parsed, raw, number, endpoint, seen)
+        line = _checked_line(parsed, raw, number, endpoint=endpoint, seen=seen)
         if line is None:
             continue
         if check_body is not None:
@@ -95,7 +95,7 @@ def parse_input(data: bytes, *, endpoint: str, max_lines: int, check_body: BodyC
     return parsed
 
 
-def _checked_line(parsed: ParsedInput, raw: str, number: int, endpoint: str, seen: set[str]) -> InputLine | None:
+def _checked_line(parsed: ParsedInput, raw: str, number: int, *, endpoint: str, seen: set[str]) -> InputLine | None:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:

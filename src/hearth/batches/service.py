@@ -146,7 +146,7 @@ class BatchService:
                                   values={"cancelling_at": self.clock.now()})
             current = await self.store.get(batch.id)
             if current is not None and current.status == "cancelling":
-                await finalize(self.engine, self.files, self.store, current, "cancelled", clock=self.clock)
+                await finalize(self.engine, self.files, self.store, current, final="cancelled", clock=self.clock)
         else:
             await fail(self.store, batch.id, HearthError("internal_error", f"The batch's task ended {task['state']} "
                                                          "without finishing it."), clock=self.clock)
