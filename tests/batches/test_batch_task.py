@@ -52,10 +52,13 @@ class Rig:
                              "completion_window": "24h"}, caller=CALLER, tenant=None)
         return (await self.service.create(req, check_body=lambda body: None, request_id_=None)).id
 
-    async def run(self, batch_id: str, *, attempt: int = 1) -> dict[str, Any]:
-        record = TaskRecord(id=f"tsk_test{attempt}", task_type=BATCH_TASK, queue="ai.default", attempt=attempt,
-                            max_attempts=10, payload={"batch_id": batch_id}, caller=CALLER, tenant=None,
-                            end_user=None, request_id=None, priority=0)
+    async def run(self, batch_id: str, *, attempt: int = 1, task_id: str | None = None) -> dict[str, Any]:
+        """One attempt of the batch's own task (or of another task naming the batch: ``task_id``)."""
+        batch = await self.store.get(batch_id)
+        assert batch is not None
+        record = TaskRecord(id=task_id or batch.row["task_id"], task_type=BATCH_TASK, queue="ai.default",
+                            attempt=attempt, max_attempts=10, payload={"batch_id": batch_id}, caller=CALLER,
+                            tenant=None, end_user=None, request_id=None, priority=0)
         return await self.tasks.run(TaskContext(record, self.services, report=lambda ctx: None))
 
     async def outputs(self, file_id: str | None) -> list[dict[str, Any]]:
@@ -154,3 +157,15 @@ async def test_an_input_file_deleted_before_the_task_ran_fails_the_batch_with_th
     view = (await rig.service.get(batch_id, CALLER)).view()
     assert view["status"] == "failed" and view["failed_at"] is not None
     assert [e["code"] for e in view["errors"]["data"]] == ["file_not_found"]
+
+
+async def test_a_task_submitted_through_the_task_api_for_a_batch_is_refused_and_leaves_it_alone(
+        rig: Rig, fake: FakeUpstream) -> None:
+    batch_id = await rig.create(2)
+
+    with pytest.raises(HearthError) as refused:
+        await rig.run(batch_id, task_id="tsk_someone_else")
+
+    assert refused.value.code == "invalid_request" and refused.value.param == "payload.batch_id"
+    batch = await rig.store.get(batch_id)
+    assert batch is not None and batch.status == "validating" and fake.stats.requests == 0

@@ -55,10 +55,15 @@ class BatchTasks:
 
     def register(self, types: TaskTypes) -> None:
         types.register(TaskType(BATCH_TASK, self.run, queue=BATCH_QUEUE, retry=BATCH_RETRY, repeat_safe=True,
+                                validate=_payload,
                                 description="an OpenAI batch: its lines through the gateway, then its output files"))
 
     async def run(self, ctx: TaskContext) -> dict[str, Any]:
-        batch_id = str(ctx.payload["batch_id"])
+        batch_id = str(ctx.payload.get("batch_id"))
+        batch = await self.store.get(batch_id)
+        if batch is None or batch.row["task_id"] != ctx.task.id:  # submitted through the task API: not this batch's
+            raise HearthError("invalid_request", "An openai_batch task runs the batch that created it only.",
+                              param="payload.batch_id")
         try:
             return await self._run(ctx, batch_id)
         except (TaskCancelled, TaskLeaseLost):
@@ -130,6 +135,14 @@ class BatchTasks:
         if batch is None:
             raise HearthError("batch_not_found")
         return batch
+
+
+def _payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """``{"batch_id": ...}`` and nothing else (the service writes it; a task submitted by hand is refused at run)."""
+    if set(payload) != {"batch_id"} or not isinstance(payload["batch_id"], str):
+        raise HearthError("invalid_request", "An openai_batch task's payload is `{\"batch_id\": ...}`; create "
+                          "batches with POST /v1/batches.", param="payload")
+    return payload
 
 
 def _percent(done: int, total: int) -> int:
