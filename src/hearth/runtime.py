@@ -272,8 +272,8 @@ async def start_runtime(settings: Settings) -> Runtime:
         document_tasks = DocumentTasks(engine, documents, max_pages=settings.document_max_pages)
         document_tasks.register(types)
         files = FileStore(engine, blobs, max_bytes=settings.batch_file_max_bytes)
-        BatchTasks(engine, files, BatchStore(engine), ExecutorLimits(concurrency=settings.batch_concurrency),
-                   max_lines=settings.batch_max_lines).register(types)
+        batch_limits = ExecutorLimits(concurrency=settings.batch_concurrency)
+        BatchTasks(engine, files, BatchStore(engine), batch_limits).register(types)
         definitions = DefinitionStore(engine)
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)

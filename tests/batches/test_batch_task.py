@@ -80,8 +80,7 @@ async def rig(tmp_path: Path, database_url: str, fake: FakeUpstream) -> AsyncIte
         assert rt.files is not None
         files = FileStore(rt.engine, rt.files.blobs, max_bytes=1 << 20, clock=clock)
         service = BatchService(rt.engine, files, rt.tasks.service, max_lines=100, clock=clock)
-        tasks = BatchTasks(rt.engine, files, service.store, ExecutorLimits(concurrency=2, poll_s=0.05), max_lines=100,
-                           clock=clock)
+        tasks = BatchTasks(rt.engine, files, service.store, ExecutorLimits(concurrency=2, poll_s=0.05), clock=clock)
         services = CapabilityServices(gateway=rt.gateway, prompts=rt.prompts, session=None, limits=SourceLimits())
         yield Rig(rt, clock, files, service, tasks, services)
     finally:

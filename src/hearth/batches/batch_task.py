@@ -50,7 +50,6 @@ class BatchTasks:
     files: FileStore
     store: BatchStore
     limits: ExecutorLimits
-    max_lines: int
     clock: Clock = SYSTEM_CLOCK
 
     def register(self, types: TaskTypes) -> None:
@@ -113,8 +112,8 @@ class BatchTasks:
         executor = BatchExecutor(gateway, self.store, limits=self.limits, clock=self.clock)
         stop = await executor.run(batch, caller, lines=lines, todo=todo, task=ctx)
         values: dict[str, Any] = {"finalizing_at": self.clock.now()}
-        if stop.reason == "expired":
-            left = sorted(set(range(len(lines))) - await self.store.answered(batch.id))
+        left = sorted(set(range(len(lines))) - await self.store.answered(batch.id)) if stop.reason == "expired" else []
+        if left:  # the window ended with lines not sent (a batch whose lines were all answered just completes)
             for start in range(0, len(left), 1000):
                 await self.store.record_many(batch.id, [(i, False, not_sent(lines[i].custom_id, "batch_expired"))
                                                         for i in left[start:start + 1000]], now=self.clock.now())
