@@ -111,13 +111,16 @@ async def test_an_embeddings_batch_answers_every_line(sdk, fake, hearth_server, 
     server = hearth_server(_registry(fake), database_url=database_url)
     client = sdk(server)
     lines = [_line(f"e{i}", {"model": "emb", "input": f"text {i}"}, url="/v1/embeddings") for i in range(3)]
+    lines.append(_line("bad", {"model": "emb", "input": {"not": "text"}}, url="/v1/embeddings"))
     uploaded = await client.files.create(file=("emb.jsonl", _jsonl(lines)), purpose="batch")
     created = await client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings",
                                           completion_window="24h")
     batch = await _finished(client, created.id)
-    assert batch.status == "completed" and batch.error_file_id is None
+    assert batch.status == "completed" and batch.request_counts.failed == 1
     output = await _lines_of(client, batch.output_file_id)
     assert [o["custom_id"] for o in output] == ["e0", "e1", "e2"]
+    (refused,) = await _lines_of(client, batch.error_file_id)  # the embeddings route's own validation
+    assert (refused["custom_id"], refused["response"]["body"]["error"]["param"]) == ("bad", "input")
     assert all(o["response"]["body"]["data"][0]["embedding"] for o in output)
     assert fake.stats.by_path == {"/v1/embeddings": 3}
 
