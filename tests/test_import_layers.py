@@ -38,7 +38,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.mcp",),  # the MCP gateway: upstream MCP servers, tool policy, pooled sessions, audit (over gateway)
     ("hearth.alerting",),  # alert checks (a scheduler pass over gateway, tasks, reviews) and the alert sender
     ("hearth.usage",),  # usage events' relay: sinks (signed webhook, NATS, RabbitMQ) fed from the outbox
-    ("hearth.images",),  # image generation: requests, signed URLs, the service and task (gateway + blob store)
+    # image generation (requests, signed URLs, the service and task: gateway + blob store); the OpenAI Batch API on
+    # the task engine (files, batches, the executor through the gateway) — independent of each other
+    ("hearth.images", "hearth.batches"),
     ("hearth.documents",),  # the document pipeline: blobs, PDF text, evidence, review triggers, jobs
     ("hearth.workflows",),  # schedules (and, next, workflows and reviews) on the task engine
     ("hearth.tasks",),  # the durable task engine: the queue is a table; capability tasks run on it

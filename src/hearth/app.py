@@ -27,11 +27,13 @@ from hearth.api import (
     ai,
     alerts,
     anthropic_messages,
+    batches,
     budgets,
     callers_admin,
     dead_letters,
     document_jobs,
     documents,
+    files,
     health,
     images,
     mcp,
@@ -114,6 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(images.router)
     app.include_router(mcp.router)  # the MCP gateway (docs/mcp.md)
     app.include_router(anthropic_messages.router)
+    app.include_router(files.router)
+    app.include_router(batches.router)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

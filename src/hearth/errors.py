@@ -285,3 +285,9 @@ class UpstreamOutcomeUnknown(UpstreamNetworkError):
     """The request reached the upstream, whose answer was then lost (a read timeout, a cut connection): it may
     have done the work. Raised for calls that must not be sent twice (image generation), so the gateway does
     not fail over to another endpoint: a connection that was never made is a plain UpstreamNetworkError."""
+# the OpenAI Batch API (docs/batches.md)
+CATALOG["batch_not_found"] = ErrorSpec(404, False, "invalid_request_error", "The batch does not exist.")
+CATALOG["batch_state_conflict"] = ErrorSpec(409, False, "invalid_request_error",
+                                            "The batch cannot do this in its current status.")
+CATALOG["batch_expired"] = ErrorSpec(400, False, "invalid_request_error",
+                                     "This request could not be executed before the completion window expired.")

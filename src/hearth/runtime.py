@@ -21,6 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.alerting.checks import AlertChecks
 from hearth.alerting.config import AlertConfig, alert_config, check_alert_url
 from hearth.alerting.sender import AlertSender
+from hearth.batches.batch_store import BatchStore
+from hearth.batches.batch_task import BatchTasks
+from hearth.batches.executor import ExecutorLimits
+from hearth.batches.file_store import FileStore
+from hearth.batches.service import BatchService
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.chat_stream import ChatRuns
 from hearth.capabilities.sources import SourceLimits
@@ -117,6 +122,8 @@ class Runtime:
     chat_runs: ChatRuns = field(default_factory=ChatRuns)
     images: ImageService | None = None  # the images door and the image_generate_async task (docs/images.md)
     started_at: float = field(default_factory=time.time)
+    files: FileStore | None = None  # the OpenAI Files API's store (docs/batches.md)
+    batches: BatchService | None = None  # the Batch API's service
     _claim: MemoryStateClaim | None = None
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -278,6 +285,9 @@ async def start_runtime(settings: Settings) -> Runtime:
         images = ImageService(blobs, ImageUrls(derive_image_url_key(load_master_key(
             settings.master_key, settings.master_key_file)), settings.image_url_ttl_s))
         ImageTasks(images).register(types)
+        files = FileStore(engine, blobs, max_bytes=settings.batch_file_max_bytes)
+        batch_limits = ExecutorLimits(concurrency=settings.batch_concurrency)
+        BatchTasks(engine, files, BatchStore(engine), batch_limits).register(types)
         definitions = DefinitionStore(engine)
         outbound = AddressGuard(settings.callback_url_allow)
         escalation_url = await checked_escalation_url(settings, outbound)
@@ -361,6 +371,8 @@ async def start_runtime(settings: Settings) -> Runtime:
     rt.images = images
     if tasks.worker is not None:
         rt.shutdown.on_begin(tasks.worker.stop_claiming)
+    rt.files = files
+    rt.batches = BatchService(engine, files, tasks.service, max_lines=settings.batch_max_lines)
     rt.usage_events = build_usage_events(settings, engine, session, guard=outbound,
                                          provider_of=lambda name: _provider_of(gateway, name))
     gateway.on_auth_failure = rt.disable_after_auth_failure

@@ -282,6 +282,14 @@ class Settings(BaseSettings):
                                   "serve`); unset: no gRPC server. `0` picks a free port (tests)")
     grpc_host: str | None = Field(default=None, description="gRPC listen address (default: `host`)")
 
+    # the Batch API (docs/batches.md)
+    batch_file_max_bytes: int = Field(default=100 * 1024 * 1024, ge=1, description="largest file `POST /v1/files` "
+                                      "accepts; larger is 413 `file_too_large`")
+    batch_max_lines: int = Field(default=50_000, ge=1, description="most requests one batch input file may hold; "
+                                 "more fails the batch (`too_many_requests` in its `errors`)")
+    batch_concurrency: int = Field(default=8, ge=1, le=1000, description="requests of one batch in flight at once "
+                                   "(each also passes the caller's limits and budgets)")
+
     @field_validator("quota_time_zone")
     @classmethod
     def _known_zone(cls, value: str) -> str:

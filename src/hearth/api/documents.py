@@ -21,10 +21,10 @@ from starlette.responses import Response
 from hearth.api.admin_schemas import ErrorEnvelope
 from hearth.api.deps import authenticate_caller, authenticated_body, claim_nonce, runtime
 from hearth.api.envelope import ok
-from hearth.api.multipart_upload import FIELD, read_upload
+from hearth.api.multipart_upload import FIELD, signed_upload
 from hearth.api.openai_schemas import inline_schema
 from hearth.api.request_body import parse_json_object, parse_model
-from hearth.auth.internal import bearer_token, check_signature, identify_caller
+from hearth.auth.internal import bearer_token
 from hearth.documents.service import DocumentService
 from hearth.documents.sniff import TEXT
 from hearth.errors import HearthError
@@ -102,12 +102,7 @@ async def create_document(request: Request) -> Response:
 
 async def _upload(request: Request) -> Any:
     rt = runtime(request)
-    s = rt.settings
-    caller = identify_caller(request.headers, rt.gateway.registry, s)  # a stranger's upload is not even read
-    must_sign = caller.require_signature or s.require_signatures
-    upload, raw = await read_upload(request, max_file_bytes=rt.documents.limits.max_bytes, keep_raw=must_sign)
-    pending = await check_signature(caller, request.scope, raw, s, not_before=getattr(rt.state, "lost_at", None))
-    await claim_nonce(request, pending)
+    caller, upload = await signed_upload(request, max_file_bytes=rt.documents.limits.max_bytes)
     return await rt.documents.upload(upload.data, filename=upload.filename, caller=caller.name,
                                      declared_type=upload.content_type)
 

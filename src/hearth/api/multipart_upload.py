@@ -20,8 +20,11 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
+from hearth.api.deps import claim_nonce, runtime
+from hearth.auth.internal import check_signature, identify_caller
 from hearth.documents.service import too_large
 from hearth.errors import HearthError
+from hearth.registry.snapshot import Caller
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
 FIELD = "file"
 OVERHEAD_BYTES = 64 * 1024  # boundaries, part headers and other (ignored) fields together
 MAX_PARTS = 16
+MAX_FIELD_BYTES = 1024  # a small text field besides the file (``purpose`` of /v1/files): longer is refused
 _MAX_LENGTH_DIGITS = 18
 
 
@@ -39,6 +43,7 @@ class UploadedFile:
     data: bytes
     filename: str | None
     content_type: str | None
+    fields: dict[str, str] = field(default_factory=dict)  # the other parts, as text (each ≤ MAX_FIELD_BYTES)
 
 
 @dataclass
@@ -53,6 +58,8 @@ class _State:
     filename: str | None = None
     content_type: str | None = None
     ended: bool = False
+    field_name: str | None = None  # the text part being read (not the file)
+    fields: dict[str, bytearray] = field(default_factory=dict)
 
 
 async def read_upload(request: Request, *, max_file_bytes: int, keep_raw: bool = False) -> tuple[UploadedFile, bytes]:
@@ -83,7 +90,21 @@ async def read_upload(request: Request, *, max_file_bytes: int, keep_raw: bool =
         raise _malformed("The multipart body ends before its closing boundary.", "truncated")
     if state.file is None:
         raise _malformed(f"The multipart body has no `{FIELD}` part.", "file_missing")
-    return UploadedFile(bytes(state.file), state.filename, state.content_type), b"".join(raw)
+    fields = {name: value.decode("utf-8", "replace") for name, value in state.fields.items()}
+    return UploadedFile(bytes(state.file), state.filename, state.content_type, fields), b"".join(raw)
+
+
+async def signed_upload(request: Request, *, max_file_bytes: int) -> tuple[Caller, UploadedFile]:
+    """The calling application and its uploaded ``file``. A stranger's upload is not even read; a caller that must
+    sign signs the multipart body as sent (the raw body is kept for that only), and its nonce is claimed here."""
+    rt = runtime(request)
+    caller = identify_caller(request.headers, rt.gateway.registry, rt.settings)
+    must_sign = caller.require_signature or rt.settings.require_signatures
+    upload, raw = await read_upload(request, max_file_bytes=max_file_bytes, keep_raw=must_sign)
+    pending = await check_signature(caller, request.scope, raw, rt.settings,
+                                    not_before=getattr(rt.state, "lost_at", None))
+    await claim_nonce(request, pending)
+    return caller, upload
 
 
 def _boundary(content_type: str) -> bytes:
@@ -115,6 +136,9 @@ def _callbacks(state: _State) -> MultipartCallbacks:
 
     def on_headers_finished() -> None:
         disposition, options = parse_options_header(state.headers.get("content-disposition", b""))
+        name = options.get(b"name")
+        state.field_name = name.decode("utf-8", "replace") if disposition == b"form-data" and name and \
+            name != FIELD.encode() and b"filename" not in options else None
         if disposition != b"form-data" or options.get(b"name") != FIELD.encode():
             return
         if state.file is not None:
@@ -131,9 +155,16 @@ def _callbacks(state: _State) -> MultipartCallbacks:
             state.file += data[start:end]
             if len(state.file) > state.max_file_bytes:
                 raise too_large(state.max_file_bytes)
+        elif state.field_name is not None:
+            value = state.fields.setdefault(state.field_name, bytearray())
+            value += data[start:end]
+            if len(value) > MAX_FIELD_BYTES:
+                raise _malformed(f"The field `{state.field_name}` is longer than {MAX_FIELD_BYTES} bytes.",
+                                 "field_too_long")
 
     def on_part_end() -> None:
         state.in_file = False
+        state.field_name = None
 
     def on_end() -> None:
         state.ended = True

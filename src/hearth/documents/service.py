@@ -29,9 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.capabilities.sources import SourceBytes, SourceLimits, fetch_url_bytes, read_file_bytes
 from hearth.clock import SYSTEM_CLOCK, Clock
-from hearth.documents.blobs import BlobCorrupted, BlobNotFound, BlobStore
+from hearth.documents.blobs import BlobStore
 from hearth.documents.document_store import Document, DocumentStore
 from hearth.documents.sniff import DOCUMENT_TYPES, checked_type
+from hearth.documents.stored_bytes import read_stored
 from hearth.errors import HearthError
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
@@ -119,15 +120,7 @@ class DocumentService:
         doc = await self.store.get(document_id)
         if doc is None:
             raise HearthError("document_not_found", param="document_id")
-        if doc.storage != self.blobs.name:
-            log.error("document_store_mismatch", document_id=doc.id, stored_in=doc.storage, this_store=self.blobs.name)
-            raise HearthError("document_content_missing", details={"reason": "other_store"})
-        try:
-            return await self.blobs.get(doc.blob_key)
-        except (BlobNotFound, BlobCorrupted) as exc:
-            reason = "missing" if isinstance(exc, BlobNotFound) else "corrupted"
-            log.error("document_content_missing", document_id=doc.id, key=doc.blob_key, reason=reason)
-            raise HearthError("document_content_missing", details={"reason": reason}) from None
+        return await read_stored(self.blobs, storage=doc.storage, key=doc.blob_key, row={"document_id": doc.id})
 
     async def _accept(self, reading: Awaitable[SourceBytes], *, caller: str) -> Document:
         try:

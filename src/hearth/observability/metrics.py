@@ -47,6 +47,7 @@ ROUTES = frozenset({"chat", "embeddings", "capability"})
 ROUTES |= {"images"}  # the images door (docs/images.md)
 ROUTES |= {"grpc"}  # the gRPC door's Chat and StreamChat (hearth.grpc_api)
 ROUTES = ROUTES | {"messages"}  # the Anthropic Messages door
+ROUTES = ROUTES | {"batch"}  # each line of a batch (hearth.batches): one gateway call
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 MAX_NAMES = 1000  # distinct values of one name label (model, endpoint) before new ones become `other`
 UNKNOWN = "unknown"

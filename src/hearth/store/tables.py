@@ -776,3 +776,57 @@ mcp_calls = Table(
 )
 Index("ix_mcp_calls_caller", mcp_calls.c.caller, mcp_calls.c.created_at)
 Index("ix_mcp_calls_server", mcp_calls.c.server, mcp_calls.c.created_at)
+# owner: hearth.batches.file_store — OpenAI Files: uploaded batch input and produced batch output/error JSONL; the
+# bytes are in the blob store (content addressed, shared by equal bytes), the row says whose they are
+openai_files = Table(
+    "openai_files", metadata,
+    Column("id", String(40), primary_key=True),  # file-<hex>
+    Column("caller", String(128), nullable=False),
+    Column("purpose", String(32), nullable=False),  # batch | batch_output
+    Column("filename", String(255), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("storage", String(16), nullable=False),  # the blob store holding blob_key (local | database)
+    Column("blob_key", String(96), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+Index("ix_openai_files_caller_created", openai_files.c.caller, openai_files.c.created_at, openai_files.c.id)
+# owner: hearth.batches.batch_store — one row per batch: OpenAI's status and timestamps, request counts, files
+batches = Table(
+    "batches", metadata,
+    Column("id", String(40), primary_key=True),  # batch_<hex>
+    Column("caller", String(128), nullable=False),
+    Column("tenant", String(256), nullable=True),
+    Column("endpoint", String(32), nullable=False),  # /v1/chat/completions | /v1/embeddings
+    Column("input_file_id", String(40), nullable=False),
+    Column("completion_window", String(8), nullable=False),
+    Column("status", String(16), nullable=False),  # validating … completed | failed | expired | cancelled
+    Column("output_file_id", String(40), nullable=True),
+    Column("error_file_id", String(40), nullable=True),
+    Column("errors", JSON, nullable=True),  # the input file's problems, in OpenAI's list format
+    Column("batch_metadata", JSON, nullable=True),
+    Column("total", Integer, nullable=False),
+    Column("completed", Integer, nullable=False),  # lines answered 2xx (a batch_items row with ok)
+    Column("failed", Integer, nullable=False),  # lines answered with an error
+    Column("task_id", String(40), nullable=True),  # the task that runs it
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("in_progress_at", Float, nullable=True),
+    Column("finalizing_at", Float, nullable=True),
+    Column("completed_at", Float, nullable=True),
+    Column("failed_at", Float, nullable=True),
+    Column("expired_at", Float, nullable=True),
+    Column("cancelling_at", Float, nullable=True),
+    Column("cancelled_at", Float, nullable=True),
+)
+Index("ix_batches_caller_created", batches.c.caller, batches.c.created_at, batches.c.id)
+# owner: hearth.batches.batch_store — one row per answered input line: inserted once (the primary key refuses a
+# second answer), so a resumed batch runs only the lines without a row and the output holds each line once
+batch_items = Table(
+    "batch_items", metadata,
+    Column("batch_id", String(40), primary_key=True),
+    Column("line", Integer, primary_key=True),  # 0-based index in the input file
+    Column("ok", Boolean, nullable=False),  # to the output file (true) or the error file (false)
+    Column("output", Text, nullable=False),  # the JSONL line as written to that file
+    Column("created_at", Float, nullable=False),
+)

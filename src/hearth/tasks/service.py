@@ -102,6 +102,14 @@ class TaskService:
                               param=f"{where}queue")
         return ttype, queue, ttype.validate(payload) if ttype.validate else payload
 
+    async def submit_in(self, conn: AsyncConnection, sub: Submission) -> dict[str, Any]:
+        """Queue one task inside the caller's own transaction, so the row that needs the task and the task are
+        written together or not at all (no idempotency lookup: the caller's row is the key). Once that
+        transaction committed, :meth:`Wakeups.poke` the task's queue to wake this process's worker at once."""
+        row = await self._row(0, sub, batch=False)
+        await task_queue.enqueue(conn, [row], now=self.clock.now(), limits=self.queues)
+        return row
+
     async def _row(self, index: int, s: Submission, *, batch: bool) -> dict[str, Any]:
         where = f"tasks[{index}]." if batch else ""
         ttype, queue, payload = self.check_target(s.task_type, s.payload, queue=s.queue, where=where)

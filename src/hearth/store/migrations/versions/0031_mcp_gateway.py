@@ -2,7 +2,7 @@
 (the audit of every tool call: caller, server, tool, argument digest, outcome, latency).
 
 Revision ID: 0031
-Revises: 0028
+Revises: 0030
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0031"
-down_revision = "0028"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 
