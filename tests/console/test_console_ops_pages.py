@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from hearth.testing.fake_upstream import FakeBehavior
 from tests.console.console_client import page_token, sign_in
 from tests.support import ADMIN, AUTH, chat_body, gateway_registry, request_log_row
 from tests.tasks.api_helpers import TASKS
@@ -135,3 +136,24 @@ async def test_a_canary_share_is_set_and_ended_with_a_reason(server, http, conso
     assert "canary+ended" in r.headers["location"]
     prompt = (await http.get(server.base_url + "/api/v1/prompts/greet", headers=ADMIN)).json()["data"]
     assert next(v for v in prompt["versions"] if v["version"] == 2)["canary_share"] == 0.0
+
+
+async def test_the_endpoints_page_shows_the_last_hours_calls_p95_and_the_last_upstream_error(fake, server, http,
+                                                                                            console):
+    ok = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
+    assert ok.status_code == 200, ok.text
+    await request_log_row(http, server, ok.headers["x-request-id"])  # written: its rollup is in the same batch
+    before = (await console.get("/console/endpoints")).text
+    row = re.search(r'<tr data-endpoint="ep-a".*?</tr>', before, re.S)
+    assert row, before
+    assert "1 calls, 0 errors" in row.group(0) and "p95 " in row.group(0)
+    assert re.search(r'<td class="last-error"><small>—</small></td>', row.group(0))
+    fake.script(FakeBehavior(status=503))  # ep-a's next attempt fails; the call fails over to ep-c
+    failed_over = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
+    assert failed_over.status_code == 200 and failed_over.headers["x-hearth-endpoint"] == "ep-c"
+    after = (await console.get("/console/endpoints")).text
+    row = re.search(r'<tr data-endpoint="ep-a".*?</tr>', after, re.S)
+    assert row and "503 <code>upstream_error</code>" in row.group(0)
+    other = re.search(r'<tr data-endpoint="ep-c".*?</tr>', after, re.S)
+    assert other and '<td class="last-error"><small>—</small></td>' in other.group(0)
+    assert "no calls" in re.search(r'<tr data-endpoint="ep-b".*?</tr>', after, re.S).group(0)

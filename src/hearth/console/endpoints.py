@@ -21,6 +21,7 @@ from hearth.gateway.endpoint_admission import scopes_for
 from hearth.gateway.endpoint_test_call import MAX_TOKENS as TEST_MAX_TOKENS
 from hearth.gateway.endpoint_test_call import last_test, run_endpoint_test
 from hearth.observability.logging import get_logger
+from hearth.observability.rollup_reports import usage_breakdown, window_named
 from hearth.registry.snapshot import Endpoint
 from hearth.registry.store import set_endpoint_enabled
 from hearth.state.base import StateUnavailable
@@ -28,6 +29,7 @@ from hearth.state.base import StateUnavailable
 router = APIRouter()
 log = get_logger("hearth.console")
 PAGE: Final = 50
+TRAFFIC_WINDOW: Final = "1h"  # the window of the calls and p95 columns (minute rollups)
 
 
 async def endpoint_row(request: Request, ep: Endpoint) -> dict[str, Any]:
@@ -61,8 +63,12 @@ async def endpoints(request: Request) -> Response:
         rows = [await endpoint_row(request, registry.endpoints[n]) for n in shown]
     except StateUnavailable as exc:
         raise ConsoleRefused(503, "The state backend is unavailable: live counters cannot be read.") from exc
+    _, _, traffic = await usage_breakdown(runtime(request).engine, window_named(TRAFFIC_WINDOW), "endpoint")
+    last_hour = dict(traffic)
+    for row in rows:  # calls, errors and p95 over the last hour, from the rollups (one grouped read per page)
+        row["traffic"] = last_hour.get(row["name"])
     return page(request, "endpoints.html", console, rows=rows, next_after=shown[-1] if more else None,
-                test_max_tokens=TEST_MAX_TOKENS)
+                test_max_tokens=TEST_MAX_TOKENS, traffic_window=TRAFFIC_WINDOW)
 
 
 @router.post("/endpoints/{name}/test", include_in_schema=False)

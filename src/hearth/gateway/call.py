@@ -114,6 +114,8 @@ class Call:
     def _record_attempt(self, adm: Admitted, status: int, error_code: str | None) -> None:
         self.ctx.attempt_log.append(AttemptRecord(adm.endpoint.name, status, error_code,
                                                   round((time.perf_counter() - self._attempt_started) * 1000, 3)))
+        if error_code is not None and error_code.startswith("upstream_"):
+            self.deps.health.note_error(adm.endpoint.name, status, error_code)
         if self._attempt_span is not None:
             span, self._attempt_span = self._attempt_span, None
             tracing.end(span, error=error_code, attributes={"http.response.status_code": status})

@@ -35,6 +35,7 @@ class EndpointHealth:
     recent_errors: float = 0.0
     errors_at: float = 0.0
     opened_at: float = 0.0  # when the circuit last opened from closed (meaningful while open_until != 0)
+    last_error: tuple[float, int, str] | None = None  # (clock time, status, code) of its last failed attempt
 
     def state(self, now: float) -> str:
         if self.open_until == 0.0:
@@ -101,6 +102,11 @@ class HealthBook:
         h.probe_in_flight = False
         h.latency_ms = latency_ms if h.latency_ms == 0.0 else h.latency_ms + _EWMA * (latency_ms - h.latency_ms)
 
+    def note_error(self, name: str, status: int, code: str) -> None:
+        """An attempt on ``name`` failed because of the endpoint (``upstream_*``): kept, in this process, for
+        the console's "last error" (a client that left or a caller's bad request says nothing of the endpoint)."""
+        self.get(name).last_error = (self.clock.now(), status, code)
+
     def failed(self, name: str, now: float) -> bool:
         """Record a 5xx/network failure; returns True if this opened the circuit."""
         h = self.get(name)
@@ -152,4 +158,6 @@ class HealthBook:
         h = self.get(name)
         return {"circuit": h.state(now), "consecutive_failures": h.consecutive_failures,
                 "cooldown_s": round(max(0.0, h.cooldown_until - now), 3), "in_flight_local": h.in_flight,
-                "latency_ms_ewma": round(h.latency_ms, 2), "recent_errors": round(h.decayed_errors(now), 3)}
+                "latency_ms_ewma": round(h.latency_ms, 2), "recent_errors": round(h.decayed_errors(now), 3),
+                "last_error": None if h.last_error is None else
+                dict(zip(("at", "status", "code"), h.last_error, strict=True))}
