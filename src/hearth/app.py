@@ -42,6 +42,7 @@ from hearth.api import (
     workflow_runs,
     workflows,
 )
+from hearth.api import responses as responses_api
 from hearth.api.direct_routes import DirectRoutes
 from hearth.api.error_handlers import install_error_handlers
 from hearth.console import install_console
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workflows.router)
     app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
     app.include_router(documents.router)
+    app.include_router(responses_api.router)  # /v1/responses, /v1/completions (docs/responses.md)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

@@ -270,6 +270,9 @@ class Settings(BaseSettings):
                                     "writes them (the oldest are dropped, and counted, beyond it)")
     usage_outbox_retention_s: float = Field(default=86_400.0, ge=0, description="how long delivered rows stay in "
                                             "the outbox before the relay deletes them")
+    # the Responses API (docs/responses.md)
+    responses_retention_s: float = Field(default=30 * 86_400.0, gt=0, description="how long a stored Responses API "
+                                         "object (and the conversation `previous_response_id` continues) is kept")
 
     @field_validator("quota_time_zone")
     @classmethod

@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from hearth.api import ai, openai
+from hearth.api import ai, openai, responses
 from hearth.api.client_watch import ClientWatch, DelayedWatches
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
@@ -48,6 +48,8 @@ class DirectRoutes:
             ("POST", "/api/v1/ai/extract/bill"): ai.extract_bill,
             ("POST", "/api/v1/ai/text/generate"): ai.text_generate,
             ("POST", "/api/v1/ai/chat"): ai.chat,
+            ("POST", "/v1/responses"): responses.create_response,
+            ("POST", "/v1/completions"): responses.completions,
         }
         self.delayed_watches = DelayedWatches()
 

@@ -43,7 +43,6 @@ from starlette.types import Receive, Scope, Send
 from hearth.api.client_watch import ClientWatch, abort_connection, bound_unsent_bytes
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
-from hearth.gateway.relay import RelayStream
 from hearth.observability.logging import get_logger
 from hearth.shutdown import OpenStreams
 
@@ -137,12 +136,12 @@ class EventStreamResponse(Response):
         self.relay = relay
         self.extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
         self.send_timeout_s = send_timeout_s
-        self._opening: Awaitable[RelayStream] | None = None
+        self._opening: Awaitable[FrameSource] | None = None
         self._headers_of: Callable[[], dict[str, str]] | None = None
         self._keepalive_s = 0.0
 
     @classmethod
-    def opening(cls, opening: Awaitable[RelayStream], headers_of: Callable[[], dict[str, str]], *,
+    def opening(cls, opening: Awaitable[FrameSource], headers_of: Callable[[], dict[str, str]], *,
                 keepalive_s: float, send_timeout_s: float | None = None) -> EventStreamResponse:
         """The response of a stream still being opened (admission, attempts, the first event).
 
