@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.app",),  # the ASGI application
     ("hearth.console",),  # the web console at /console: server-rendered pages over api's plumbing and the services
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
+    ("hearth.responses",),  # the Responses API and legacy completions: translated to chat calls on the gateway
     ("hearth.readiness",),
     ("hearth.runtime",),  # composition root: builds the gateway, providers, writers, the task engine
     ("hearth.shutdown",),  # the process's shutdown phases (readiness and the open streams read them)

@@ -176,7 +176,8 @@ async def test_function_tools_and_their_outputs_map_to_chat_tool_calls(fake, hea
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert sent["messages"][1:] == [
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temp":21}'}]
 
 

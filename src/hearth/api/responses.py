@@ -16,6 +16,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from hearth.api.chat_validation import validate_chat
 from hearth.api.deps import authenticate_caller, authenticated_body, runtime
 from hearth.api.event_stream import EventStreamResponse, FrameSource
 from hearth.api.openai import _call_headers, _context, _public_reply
@@ -28,9 +29,10 @@ from hearth.api.responses_schemas import (
     ResponseObject,
     TextCompletion,
 )
+from hearth.errors import HearthError
 from hearth.gateway.context import CallContext
 from hearth.responses.completions import CompletionStream, completion_chat_body, text_completion
-from hearth.responses.requests import parse_responses_request
+from hearth.responses.requests import ResponsesRequest, parse_responses_request, responses_param
 from hearth.responses.service import ResponsesService
 
 router = APIRouter(prefix="/v1", tags=["openai"])
@@ -41,6 +43,16 @@ _STREAM_OR_JSON: dict[str, Any] = {"content": {"text/event-stream": {}}}
 def _service(request: Request) -> ResponsesService:
     rt = runtime(request)
     return ResponsesService(rt.engine, rt.gateway, retention_s=rt.settings.responses_retention_s)
+
+
+def _checked(parsed: ResponsesRequest) -> ResponsesRequest:
+    """The chat route's own checks over the translated body, its ``param`` named as the Responses API names it."""
+    try:
+        validate_chat(parsed.chat_body([]))
+    except HearthError as exc:
+        exc.param = responses_param(exc.param)
+        raise
+    return parsed
 
 
 def _json(value: object, ctx: CallContext | None = None) -> Response:
@@ -59,7 +71,7 @@ def _stream(request: Request, ctx: CallContext, opening: Awaitable[FrameSource])
 async def create_response(request: Request) -> Response:
     caller, raw, nonce = await authenticated_body(request)
     body = parse_json_object(raw)
-    parsed = parse_responses_request(body)
+    parsed = _checked(parse_responses_request(body))
     service = _service(request)
     history = await service.history(caller.name, parsed)
     ctx = _context(request, caller, body, "responses", nonce=nonce)
@@ -89,6 +101,7 @@ async def completions(request: Request) -> Response:
     caller, raw, nonce = await authenticated_body(request)
     body = parse_json_object(raw)
     chat = completion_chat_body(body)
+    validate_chat(chat)
     gw = runtime(request).gateway
     ctx = _context(request, caller, body, "completions", nonce=nonce)
     if chat.get("stream"):

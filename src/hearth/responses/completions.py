@@ -16,7 +16,6 @@ from typing import Any, Final
 
 import orjson
 
-from hearth.api.chat_validation import validate_chat
 from hearth.errors import HearthError
 from hearth.gateway.relay import RelayStream
 from hearth.wire.sse import SSEParser
@@ -33,7 +32,8 @@ def _unsupported(param: str, what: str) -> HearthError:
 
 
 def completion_chat_body(body: dict[str, Any]) -> dict[str, Any]:
-    """The chat body of a legacy completion request; 400 ``invalid_request`` naming the parameter."""
+    """The chat body of a legacy completion request (checked further by the chat validation, whose parameter
+    names are the same); 400 ``invalid_request`` naming the parameter."""
     for key, value in body.items():
         if key == "prompt" or key in _SAME or value is None:
             continue
@@ -51,7 +51,6 @@ def completion_chat_body(body: dict[str, Any]) -> dict[str, Any]:
         raise _unsupported("n", "`n` other than 1")
     chat = {k: body[k] for k in _SAME if body.get(k) is not None}
     chat["messages"] = [{"role": "user", "content": prompt}]
-    validate_chat(chat)
     return chat
 
 

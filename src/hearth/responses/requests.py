@@ -16,8 +16,8 @@ What maps (Responses → chat completions):
 Everything else the Responses API has but Hearth cannot honour (hosted tools, ``background``, ``include``,
 ``truncation: auto``, reusable ``prompt``, ``conversation``, file inputs, …) is refused with 400
 ``invalid_request`` naming the parameter, never silently dropped; an unknown parameter likewise. The chat
-body built here is then checked by the chat route's own validation (:func:`validate_chat`), with its
-parameter names mapped back to the Responses API's.
+body built here is then checked by the chat route's own validation (``hearth.api.chat_validation``, called
+by the router), with its parameter names mapped back to the Responses API's by :func:`responses_param`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from hearth.api.chat_validation import validate_chat
 from hearth.errors import HearthError
 
-__all__ = ["ResponsesRequest", "parse_responses_request"]
+__all__ = ["ResponsesRequest", "parse_responses_request", "responses_param"]
 
 _ROLES: Final = frozenset({"user", "system", "developer", "assistant"})
 _TOOL_CHOICES: Final = frozenset({"none", "auto", "required"})
@@ -99,11 +98,8 @@ def parse_responses_request(body: dict[str, Any]) -> ResponsesRequest:
                                  or any(type(v) is not str for v in metadata.values())):
         raise _invalid("`metadata` must be an object of at most 16 string values.", "metadata")
     options = _options(body)
-    request = ResponsesRequest(model=model, turn=turn, instructions=instructions, options=options,
-                               previous_response_id=previous, store=store, stream=stream,
-                               echo=_echo(body, metadata))
-    _check_as_chat(request)
-    return request
+    return ResponsesRequest(model=model, turn=turn, instructions=instructions, options=options,
+                            previous_response_id=previous, store=store, stream=stream, echo=_echo(body, metadata))
 
 
 def _flag(body: dict[str, Any], key: str, *, default: bool) -> bool:
@@ -159,16 +155,13 @@ def _echo(body: dict[str, Any], metadata: dict[str, Any] | None) -> dict[str, An
     }
 
 
-def _check_as_chat(request: ResponsesRequest) -> None:
-    """The chat route's own checks over the translated body; its ``param`` renamed to the Responses API's."""
-    try:
-        validate_chat(request.chat_body([]))
-    except HearthError as exc:
-        param = exc.param or ""
-        head = param.split("[", 1)[0].split(".", 1)[0]
-        if head in _CHAT_PARAMS:
-            exc.param = _CHAT_PARAMS[head] + (param[len(head):] if head != "messages" else "")
-        raise
+def responses_param(chat_param: str | None) -> str | None:
+    """A chat body's parameter name (as the chat validation names it) in the Responses API's terms."""
+    param = chat_param or ""
+    head = param.split("[", 1)[0].split(".", 1)[0]
+    if head not in _CHAT_PARAMS:
+        return chat_param
+    return _CHAT_PARAMS[head] + (param[len(head):] if head != "messages" else "")
 
 
 # ---- input items -------------------------------------------------------------------------------
