@@ -223,12 +223,15 @@ async def test_legacy_completions_answer_text_completions(fake, hearth_server, h
     assert r.status_code == 400 and r.json()["error"]["param"] == "echo"
 
 
-async def test_each_door_has_its_own_route_in_the_request_log(fake, hearth_server, http):
-    server = hearth_server(_registry(fake))
+async def test_each_door_has_its_own_route_in_the_request_log_and_metrics(fake, hearth_server, http):
+    server = hearth_server(_registry(fake), metrics_cache_s=0.01)
     r = await http.post(server.base_url + "/v1/responses", json={"model": "m", "input": "x"}, headers=AUTH)
     c = await http.post(server.base_url + "/v1/completions", json={"model": "m", "prompt": "x"}, headers=AUTH)
     assert (await request_log_row(http, server, r.headers["x-request-id"]))["route"] == "responses"
     assert (await request_log_row(http, server, c.headers["x-request-id"]))["route"] == "completions"
+    scrape = (await http.get(server.base_url + "/metrics")).text
+    for route in ("responses", "completions"):
+        assert f'hearth_gateway_requests_total{{model="m",route="{route}",status_class="2xx"}} 1.0' in scrape
 
 
 async def test_a_budget_refuses_responses_and_completions_in_openai_format(fake, hearth_server, http):
