@@ -14,19 +14,31 @@ of them alike:
 It prints each round and, per door, the median of the per-round differences door − chat of the
 p50s (the figure of issue 14's acceptance: ≤ 0.5 ms for the Responses route).
 
-Usage: ``python bench/responses_bench.py [--rounds 5] [--seconds 4]``
+With ``--instructions N`` it counts instead, as ``gateway_instructions.py`` does, the instructions Hearth
+executes per request of each door (valgrind callgrind, one Hearth under valgrind, N requests per door
+from one client, each door's count dumped on its own): a figure the machine's noise cannot move, for
+the work a door adds (not its waiting: the stored variant's database write is mostly that).
+
+Usage: ``python bench/responses_bench.py [--rounds 5] [--seconds 4] [--instructions 200]``
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
+import os
+import secrets
 import statistics
+import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gateway_bench as gb
+import gateway_instructions as gi
 
 PROMPT = gb.PROMPT
 
@@ -41,7 +53,7 @@ class DoorTarget(gb.Target):
         return {**self.payload, **({"stream": True} if stream else {})}
 
 
-def _targets(port: int, proc: gb.Proc) -> dict[str, DoorTarget]:
+def _targets(port: int, proc: gb.Proc | None) -> dict[str, DoorTarget]:
     model = gb.PUBLIC_MODEL
 
     def door(name: str, path: str, payload: dict[str, Any]) -> DoorTarget:
@@ -60,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=4)
+    ap.add_argument("--instructions", type=int, default=0, metavar="N",
+                    help="count instructions per request (callgrind, N requests per door) instead of timing")
     a = ap.parse_args(argv)
+    if a.instructions:
+        print(instructions_report(count_instructions(a.instructions)))
+        return 0
     args = gb.parse_args(["--quick", "--no-profile", "--skip-litellm"])
     args.duration, args.warmup = a.seconds, 1
     tmp = Path(tempfile.mkdtemp(prefix="hearth-responses-bench-"))
@@ -99,6 +116,81 @@ def report(p50: dict[str, list[float]]) -> str:
         per = [v - c for v, c in zip(values, chat, strict=True)]
         lines.append(f"| {name} | {statistics.median(values):.3f} | {', '.join(f'{x:+.3f}' for x in per)} "
                      f"| {statistics.median(per):+.3f} |")
+    return "\n".join(lines)
+
+
+def _send(port: int, target: DoorTarget, total: int) -> None:
+    conn = http.client.HTTPConnection(gb.HOST, port, timeout=120)
+    payload = json.dumps(target.body(False)).encode()
+    headers = {"Authorization": f"Bearer {gb.CALLER_KEY}", "Content-Type": "application/json"}
+    for _ in range(total):
+        conn.request("POST", target.path, payload, headers)
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 200:
+            raise SystemExit(f"{target.name}: {resp.status} {body[:300]!r}")
+    conn.close()
+
+
+def _dump_total(pid: int, out_dir: Path) -> int:
+    """Dump callgrind's counters (zeroing them) and return the total of the newest dump."""
+    before = set(out_dir.glob("callgrind.out*"))
+    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, stdout=subprocess.DEVNULL)
+    for _ in range(600):
+        new = set(out_dir.glob("callgrind.out*")) - before
+        if new:
+            text = max(new, key=lambda f: f.stat().st_mtime).read_text(errors="replace")
+            if "totals:" in text:
+                return sum(int(line.split()[1]) for line in text.splitlines() if line.startswith("totals:"))
+        time.sleep(0.1)
+    raise SystemExit("callgrind wrote no dump")
+
+
+def count_instructions(requests: int) -> dict[str, int]:
+    """Instructions per request of each door, in one Hearth under callgrind (background loops quiet)."""
+    tmp = Path(tempfile.mkdtemp(prefix="hearth-responses-instr-"))
+    fake_port, port = gb.free_port(), gb.free_port()
+    fake = subprocess.Popen([*gb.hearth_argv(), "fake-upstream", "--host", gb.HOST, "--port", str(fake_port),
+                             "--latency-ms", "0", "--chunks", str(gb.CHUNKS)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = tmp / "hearth.yaml"
+    config.write_text(gb.hearth_yaml(fake_port))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
+    env.update(gi.QUIET, HEARTH_CONFIG=str(config), HEARTH_HOST=gb.HOST, HEARTH_PORT=str(port),
+               HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db", HEARTH_STATE_BACKEND="memory",
+               HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info")
+    hearth: subprocess.Popen[bytes] | None = None
+    per: dict[str, int] = {}
+    try:
+        subprocess.run([str(gi.PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
+        with open(tmp / "hearth.log", "wb") as log:
+            hearth = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                       f"--callgrind-out-file={tmp}/callgrind.out", str(gi.PY), "-m", "hearth",
+                                       "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
+        gi._wait_ready(port, hearth, timeout=600)
+        targets = _targets(port, None)
+        for t in targets.values():
+            _send(port, t, 20)  # warm-up, not counted
+        subprocess.run(["callgrind_control", "-i", "on", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+        _dump_total(hearth.pid, tmp)  # zero the counters
+        for name, t in targets.items():
+            _send(port, t, requests)
+            per[name] = _dump_total(hearth.pid, tmp) // requests
+            gb.log(f"{name}: {per[name]:,} instructions per request")
+        subprocess.run(["callgrind_control", "-i", "off", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+    finally:
+        if hearth is not None:
+            hearth.terminate()
+            hearth.wait(120)
+        fake.terminate()
+        fake.wait(10)
+    return per
+
+
+def instructions_report(per: dict[str, int]) -> str:
+    chat = per["chat"]
+    lines = ["| route | instructions / request | − chat's | ratio |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {n:,} | {n - chat:+,} | {n / chat:.3f} |" for name, n in per.items()]
     return "\n".join(lines)
 
 
