@@ -4,13 +4,15 @@ gateway core's budgets and limits on both doors."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hearth.testing.fake_upstream import prompt_tokens_for, reply_text
-from tests.support import AUTH, budget_registry, gateway_registry, request_log_row
+from tests.support import AUTH, REDIS_URL, budget_registry, gateway_registry, request_log_row
 
 OTHER_KEY = "other-key-456"
 
@@ -225,13 +227,27 @@ async def test_legacy_completions_answer_text_completions(fake, hearth_server, h
 
 async def test_each_door_has_its_own_route_in_the_request_log_and_metrics(fake, hearth_server, http):
     server = hearth_server(_registry(fake), metrics_cache_s=0.01)
+    before = await _route_counts(http, server)
     r = await http.post(server.base_url + "/v1/responses", json={"model": "m", "input": "x"}, headers=AUTH)
     c = await http.post(server.base_url + "/v1/completions", json={"model": "m", "prompt": "x"}, headers=AUTH)
     assert (await request_log_row(http, server, r.headers["x-request-id"]))["route"] == "responses"
     assert (await request_log_row(http, server, c.headers["x-request-id"]))["route"] == "completions"
+    wanted = {route: before.get(route, 0.0) + 1 for route in ("responses", "completions")}
+    for _ in range(60):  # the scrape is cached (metrics_cache_s): poll up to 3 s
+        counts = await _route_counts(http, server)
+        if all(counts.get(route) == n for route, n in wanted.items()):
+            break
+        await asyncio.sleep(0.05)
+    assert {route: counts.get(route) for route in wanted} == wanted
+
+
+async def _route_counts(http: Any, server: Any) -> dict[str, float]:
+    """``hearth_gateway_requests_total`` of model m, 2xx, by route (the registry is the process's: other tests'
+    servers in this process count in it too)."""
     scrape = (await http.get(server.base_url + "/metrics")).text
-    for route in ("responses", "completions"):
-        assert f'hearth_gateway_requests_total{{model="m",route="{route}",status_class="2xx"}} 1.0' in scrape
+    return {s.labels["route"]: s.value for f in text_string_to_metric_families(scrape) for s in f.samples
+            if s.name == "hearth_gateway_requests_total" and s.labels.get("model") == "m"
+            and s.labels.get("status_class") == "2xx"}
 
 
 async def test_a_budget_refuses_responses_and_completions_in_openai_format(fake, hearth_server, http):
@@ -258,3 +274,18 @@ async def test_caller_rate_limits_hold_on_the_responses_door(fake, hearth_server
             await client.responses.create(model="m", input="three")
     assert refused.value.code == "caller_rpm_exceeded"
     assert fake.stats.requests == 2
+
+
+async def test_a_response_answered_by_one_process_is_continued_at_once_by_another(fake, hearth_server, tmp_path,
+                                                                                  redis_prefix):
+    shared = {"database_url": f"sqlite+aiosqlite:///{tmp_path}/shared.db", "state_backend": "redis",
+              "redis_url": REDIS_URL, "redis_prefix": redis_prefix}
+    one = hearth_server(_registry(fake), **shared)
+    two = hearth_server(_registry(fake), **shared)
+    fake.set_defaults(chunks=2)
+    async with _client(one) as first, _client(two) as second:
+        for turn in range(5):  # the write may still be under way in `one` when `two` is asked
+            created = await first.responses.create(model="m", input=f"turn {turn}")
+            chained = await second.responses.create(model="m", input="next", previous_response_id=created.id)
+            assert fake.stats.last_body["messages"][0] == {"role": "user", "content": f"turn {turn}"}
+            assert (await second.responses.retrieve(chained.id)).id == chained.id

@@ -19,14 +19,35 @@ from typing import Any
 from hearth.ids import new_id
 
 __all__ = ["assistant_message", "function_call_item", "message_item", "new_item_id", "new_response_id",
-           "response_object", "response_usage", "status_of"]
+           "response_age_s", "response_object", "response_usage", "status_of"]
 
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-def new_response_id() -> str:
-    """``resp_`` and a unique id. Ids need not be secret: every read, chain and delete checks the owner."""
-    return f"resp_{new_id()}"
+_STAMP_DIGITS = 11  # milliseconds since the epoch, in hex (until the year 2527)
+
+
+def new_response_id(*, stored: bool = True, now: float | None = None) -> str:
+    """``resp_``, the creation time (ms, hex) and a unique id: the time lets another process tell an id that may
+    still be being written (:mod:`hearth.responses.store`). A response that is not stored has ``resp_n`` and no
+    time (nothing will be written: a lookup of it need not wait). Ids need not be secret: every read, chain and
+    delete checks the owner."""
+    if not stored:
+        return f"resp_n{new_id()}"
+    at = time.time() if now is None else now
+    return f"resp_{int(at * 1000):0{_STAMP_DIGITS}x}{new_id()}"
+
+
+def response_age_s(response_id: str, *, now: float | None = None) -> float | None:
+    """How long ago :func:`new_response_id` made ``response_id`` (None for an id it did not make)."""
+    stamp = response_id[5:5 + _STAMP_DIGITS]
+    if not response_id.startswith("resp_") or len(stamp) != _STAMP_DIGITS:
+        return None
+    try:
+        made = int(stamp, 16) / 1000
+    except ValueError:
+        return None
+    return (time.time() if now is None else now) - made
 
 
 def new_item_id(kind: str) -> str:

@@ -4,7 +4,8 @@ A create is: the earlier conversation (``previous_response_id``, the caller's ow
 the parameter), the chat body of this turn on top of it, one :class:`~hearth.gateway.service.Gateway`
 call (``complete`` or ``open_stream``: admission, budgets, routing, failover, request log and usage), the
 answer as a Response object, and — unless ``store`` is false — the response row with the conversation
-extended by this turn and its answer.
+extended by this turn and its answer: written while the answer is sent (a stream's before its last event),
+never making a later read, chain or delete miss it (:mod:`hearth.responses.store`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hearth.gateway.model_name import shown_model
 from hearth.gateway.service import Gateway
 from hearth.responses.objects import assistant_message, from_chat_completion, new_response_id
 from hearth.responses.requests import ResponsesRequest
-from hearth.responses.store import delete_response, load_response, save_response
+from hearth.responses.store import delete_response, load_response, pending_writes, save_response
 from hearth.responses.stream import ResponsesStream
 
 __all__ = ["ResponsesService"]
@@ -48,12 +49,16 @@ class ResponsesService:
 
     async def create(self, ctx: CallContext, request: ResponsesRequest,
                      history: list[dict[str, Any]]) -> dict[str, Any]:
+        """The answer; a stored one is being written when this returns (pending until then: see the store)."""
         reply = await self.gateway.complete(ctx, request.chat_body(history))
         completion = orjson.loads(reply.body)
-        response = from_chat_completion(completion, response_id=new_response_id(),
+        response = from_chat_completion(completion, response_id=new_response_id(stored=request.store),
                                         model=self._model(ctx, completion.get("model")), echo=request.echo)
         if request.store:
-            await self._save(ctx, request, history, response)
+            async def write() -> None:
+                await self._save(ctx, request, history, response)
+
+            pending_writes(self.engine).start(response["id"], write)
         return response
 
     async def open_stream(self, ctx: CallContext, request: ResponsesRequest,
@@ -64,8 +69,8 @@ class ResponsesService:
         async def save(response: dict[str, Any]) -> None:
             await self._save(ctx, request, history, response)
 
-        return ResponsesStream(relay, response_id=new_response_id(), model=self._model(ctx, None), echo=request.echo,
-                               save=save if request.store else None)
+        return ResponsesStream(relay, response_id=new_response_id(stored=request.store), model=self._model(ctx, None),
+                               echo=request.echo, save=save if request.store else None)
 
     async def retrieve(self, caller: str, response_id: str) -> dict[str, Any]:
         stored = await load_response(self.engine, caller=caller, response_id=response_id)
