@@ -5,8 +5,10 @@ gateway core's budgets and limits on both doors."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -289,3 +291,36 @@ async def test_a_response_answered_by_one_process_is_continued_at_once_by_anothe
             chained = await second.responses.create(model="m", input="next", previous_response_id=created.id)
             assert fake.stats.last_body["messages"][0] == {"role": "user", "content": f"turn {turn}"}
             assert (await second.responses.retrieve(chained.id)).id == chained.id
+
+
+@pytest.mark.parametrize(("path", "body"), [("/v1/responses", {"model": "m", "input": "x"}),
+                                            ("/v1/responses", {"model": "m", "input": "x", "stream": True}),
+                                            ("/v1/completions", {"model": "m", "prompt": "x"})])
+async def test_a_client_that_leaves_closes_the_upstream_call_at_once(path, body, fake, hearth_server, http):
+    server = hearth_server(_registry(fake))
+    fake.set_defaults(latency_ms=5000.0)
+    rid = f"leaving-{path.rsplit('/', 1)[1]}-{bool(body.get('stream'))}"
+    with pytest.raises(httpx.ReadTimeout):
+        await http.post(server.base_url + path, json=body, headers={**AUTH, "X-Request-Id": rid}, timeout=0.3)
+    left = time.monotonic()
+    for _ in range(75):
+        if fake.stats.disconnects:
+            break
+        await asyncio.sleep(0.02)
+    assert fake.stats.disconnects == 1 and time.monotonic() - left < 1.5  # the upstream request was closed
+    row = await request_log_row(http, server, rid)
+    assert (row["status"], row["error_code"]) == (499, "client_disconnected")
+
+
+async def test_an_anthropic_endpoint_serves_the_responses_door(fake, hearth_server, http):
+    reg = gateway_registry([{"name": "claude", "provider": "anthropic-like", "base_url": fake.base_url,
+                             "upstream_model": "fake-claude"}])
+    server = hearth_server(reg)
+    fake.set_defaults(chunks=4)
+    async with _client(server) as client:
+        response = await client.responses.create(model="m", instructions="Be brief.", input="Hello")
+        async with client.responses.stream(model="m", input="Hello") as stream:
+            final = await stream.get_final_response()
+    assert response.output_text == reply_text(4) and final.output_text == reply_text(4)
+    assert fake.stats.by_path == {"/v1/messages": 2}
+    assert response.usage is not None and response.usage.output_tokens == 4
