@@ -324,3 +324,14 @@ async def test_an_anthropic_endpoint_serves_the_responses_door(fake, hearth_serv
     assert response.output_text == reply_text(4) and final.output_text == reply_text(4)
     assert fake.stats.by_path == {"/v1/messages": 2}
     assert response.usage is not None and response.usage.output_tokens == 4
+
+
+async def test_a_malformed_upstream_stream_ends_the_responses_stream_with_response_failed(fake, hearth_server, http):
+    server = hearth_server(_registry(fake))
+    fake.set_defaults(chunks=4, malformed=True)
+    async with _client(server) as client:
+        stream = await client.responses.create(model="m", input="x", stream=True)
+        events = [e async for e in stream]
+    assert events[-1].type == "response.failed"
+    assert events[-1].response.error is not None and events[-1].response.error.code == "upstream_stream_interrupted"
+    assert [e.sequence_number for e in events] == list(range(len(events)))

@@ -116,7 +116,10 @@ class CompletionStream:
             for event in parser.feed(frame):
                 data = event.data
                 if data != b"[DONE]":
-                    chunk = orjson.loads(data)
+                    try:
+                        chunk = orjson.loads(data)
+                    except orjson.JSONDecodeError:
+                        chunk = None  # relayed as it came, like the chat route does
                     if isinstance(chunk, dict) and "error" not in chunk:
                         translated = _chunk(chunk)
                         if translated is None:

@@ -106,8 +106,13 @@ class ResponsesStream:
             for event in parser.feed(frame):
                 if event.data == b"[DONE]":
                     continue
-                chunk = orjson.loads(event.data)
-                error = chunk.get("error") if isinstance(chunk, dict) else None
+                try:
+                    chunk = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    continue  # not a chunk (the relay ends a broken upstream stream with an error event)
+                if not isinstance(chunk, dict):
+                    continue
+                error = chunk.get("error")
                 if isinstance(error, dict):
                     self._ended = True
                     out.append(self._failed(str(error.get("code") or "upstream_stream_error"),
