@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hearth.testing.fake_upstream import prompt_tokens_for, reply_text
-from tests.support import AUTH, REDIS_URL, budget_registry, gateway_registry, request_log_row
+from tests.support import ADMIN, AUTH, REDIS_URL, budget_registry, gateway_registry, request_log_row
 
 OTHER_KEY = "other-key-456"
 
@@ -335,3 +335,19 @@ async def test_a_malformed_upstream_stream_ends_the_responses_stream_with_respon
     assert events[-1].type == "response.failed"
     assert events[-1].response.error is not None and events[-1].response.error.code == "upstream_stream_interrupted"
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+async def test_one_budget_is_spent_through_the_chat_responses_and_completions_doors(fake, hearth_server, http):
+    server = hearth_server(budget_registry(fake, 100_000, unit="tokens"))
+    async with _client(server) as client:
+        chat = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "one"}])
+        response = await client.responses.create(model="m", input="two")
+        completion = await client.completions.create(model="m", prompt="three")
+    assert chat.usage is not None and response.usage is not None and completion.usage is not None
+    spent = chat.usage.total_tokens + response.usage.total_tokens + completion.usage.total_tokens
+    for _ in range(60):  # settlements are recorded asynchronously: poll up to 3 s
+        items = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
+        if items[0]["used"] == spent:
+            break
+        await asyncio.sleep(0.05)
+    assert items[0]["used"] == spent

@@ -79,10 +79,6 @@ class ResponsesStream:
         self._usage: dict[str, Any] | None = None
         self._ended = False
 
-    @property
-    def context(self) -> Any:
-        return self._relay.context
-
     def client_left(self, code: str) -> None:
         self._relay.client_left(code)
 
