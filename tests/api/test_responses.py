@@ -351,3 +351,16 @@ async def test_one_budget_is_spent_through_the_chat_responses_and_completions_do
             break
         await asyncio.sleep(0.05)
     assert items[0]["used"] == spent
+
+
+async def test_a_scene_names_the_model_and_caps_max_output_tokens(fake, hearth_server, http):
+    reg = _registry(fake)
+    reg["scenes"] = [{"name": "chat", "default_model": "m", "max_tokens_cap": 8}]
+    server = hearth_server(reg)
+    scene = {**AUTH, "X-Hearth-Scene": "chat"}
+    r = await http.post(server.base_url + "/v1/responses", json={"input": "no model named"}, headers=scene)
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "m" and fake.stats.last_body["max_tokens"] == 8
+    over = await http.post(server.base_url + "/v1/responses", json={"input": "x", "max_output_tokens": 9},
+                           headers=scene)
+    assert over.status_code == 400 and over.json()["error"]["code"] == "scene_max_tokens_exceeded"

@@ -51,7 +51,7 @@ def _unsupported(param: str, what: str) -> HearthError:
 class ResponsesRequest:
     """A checked Responses request: the chat body of this turn and what the Response object repeats."""
 
-    model: str
+    model: str | None  # None: the caller's scene's default model
     turn: list[dict[str, Any]]  # this turn's input as chat messages
     instructions: str | None
     options: dict[str, Any]  # chat body fields other than model and messages
@@ -63,7 +63,8 @@ class ResponsesRequest:
     def chat_body(self, history: list[dict[str, Any]]) -> dict[str, Any]:
         """The core's chat body: instructions, the earlier conversation (chat messages), this turn."""
         system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        return {"model": self.model, "messages": [*system, *history, *self.turn], **self.options}
+        named = {"model": self.model} if self.model is not None else {}
+        return {**named, "messages": [*system, *history, *self.turn], **self.options}
 
 
 def parse_responses_request(body: dict[str, Any]) -> ResponsesRequest:
@@ -74,9 +75,9 @@ def parse_responses_request(body: dict[str, Any]) -> ResponsesRequest:
         refuse = _REFUSED.get(key)
         if refuse is not None and value is not None:
             refuse(key, value)
-    model = body.get("model")
-    if type(model) is not str or not model:
-        raise _invalid("`model` is required and must be a string.", "model")
+    model = body.get("model")  # may be omitted when the caller's scene names a default model (as on chat)
+    if model is not None and (type(model) is not str or not model):
+        raise _invalid("`model` must be a non-empty string.", "model")
     if "input" not in body or body["input"] is None:
         raise _invalid("`input` is required: a string or an array of input items.", "input")
     turn = _turn(body["input"])
