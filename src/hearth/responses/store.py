@@ -105,7 +105,7 @@ def pending_writes(engine: AsyncEngine) -> PendingWrites:
     return pending
 
 
-async def _read_your_write(engine: AsyncEngine, response_id: str, young: bool,
+async def _read_your_write(engine: AsyncEngine, response_id: str, *, young: bool,
                            look: Callable[[], Awaitable[T]], missed: Callable[[T], bool]) -> T:
     """``look()``, after this process's pending write of the id; again while it misses an id young enough to be
     in another process's write (and not written already: another caller's id is not waited for)."""
@@ -162,7 +162,8 @@ async def load_response(engine: AsyncEngine, *, caller: str, response_id: str,
                 _C.id == response_id, _C.caller == caller, _C.expires_at > at))).first()
         return StoredResponse(row.response, row.conversation) if row is not None else None
 
-    return await _read_your_write(engine, response_id, now is None, look, lambda found: found is None)
+    return await _read_your_write(engine, response_id, young=now is None, look=look,
+                                  missed=lambda found: found is None)
 
 
 async def delete_response(engine: AsyncEngine, *, caller: str, response_id: str, now: float | None = None) -> bool:
@@ -176,4 +177,5 @@ async def delete_response(engine: AsyncEngine, *, caller: str, response_id: str,
                 _C.id == response_id, _C.caller == caller, _C.expires_at > at))
         return bool(result.rowcount)
 
-    return await _read_your_write(engine, response_id, now is None, look, lambda deleted: not deleted)
+    return await _read_your_write(engine, response_id, young=now is None, look=look,
+                                  missed=lambda deleted: not deleted)
