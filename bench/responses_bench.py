@@ -16,8 +16,8 @@ p50s (the figure of issue 14's acceptance: ≤ 0.5 ms for the Responses route).
 
 With ``--instructions N`` it counts instead, as ``gateway_instructions.py`` does, the instructions Hearth
 executes per request of each door (valgrind callgrind, one Hearth under valgrind, N requests per door
-from one client, each door's count dumped on its own): a figure the machine's noise cannot move, for
-the work a door adds (not its waiting: the stored variant's database write is mostly that).
+from one client, each door's count dumped on its own, the doors interleaved over ``--rounds``): a figure
+the machine's noise cannot move, for the work a door adds (not its waiting).
 
 Usage: ``python bench/responses_bench.py [--rounds 5] [--seconds 4] [--instructions 200]``
 """
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="count instructions per request (callgrind, N requests per door) instead of timing")
     a = ap.parse_args(argv)
     if a.instructions:
-        print(instructions_report(count_instructions(a.instructions)))
+        print(instructions_report(count_instructions(a.instructions, a.rounds)))
         return 0
     args = gb.parse_args(["--quick", "--no-profile", "--skip-litellm"])
     args.duration, args.warmup = a.seconds, 1
@@ -146,7 +146,7 @@ def _dump_total(pid: int, out_dir: Path) -> int:
     raise SystemExit("callgrind wrote no dump")
 
 
-def count_instructions(requests: int) -> dict[str, int]:
+def count_instructions(requests: int, rounds: int) -> dict[str, list[int]]:
     """Instructions per request of each door, in one Hearth under callgrind (background loops quiet)."""
     tmp = Path(tempfile.mkdtemp(prefix="hearth-responses-instr-"))
     fake_port, port = gb.free_port(), gb.free_port()
@@ -160,7 +160,7 @@ def count_instructions(requests: int) -> dict[str, int]:
                HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db", HEARTH_STATE_BACKEND="memory",
                HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info")
     hearth: subprocess.Popen[bytes] | None = None
-    per: dict[str, int] = {}
+    per: dict[str, list[int]] = {}
     try:
         subprocess.run([str(gi.PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
         with open(tmp / "hearth.log", "wb") as log:
@@ -173,10 +173,12 @@ def count_instructions(requests: int) -> dict[str, int]:
             _send(port, t, 20)  # warm-up, not counted
         subprocess.run(["callgrind_control", "-i", "on", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
         _dump_total(hearth.pid, tmp)  # zero the counters
-        for name, t in targets.items():
-            _send(port, t, requests)
-            per[name] = _dump_total(hearth.pid, tmp) // requests
-            gb.log(f"{name}: {per[name]:,} instructions per request")
+        for r in range(rounds):  # interleaved: background work (log flushes, GC) lands on every door alike
+            order = list(targets) if r % 2 == 0 else list(targets)[::-1]
+            for name in order:
+                _send(port, targets[name], requests)
+                per.setdefault(name, []).append(_dump_total(hearth.pid, tmp) // requests)
+                gb.log(f"round {r} {name}: {per[name][-1]:,} instructions per request")
         subprocess.run(["callgrind_control", "-i", "off", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
     finally:
         if hearth is not None:
@@ -187,10 +189,13 @@ def count_instructions(requests: int) -> dict[str, int]:
     return per
 
 
-def instructions_report(per: dict[str, int]) -> str:
-    chat = per["chat"]
-    lines = ["| route | instructions / request | − chat's | ratio |", "|---|---:|---:|---:|"]
-    lines += [f"| {name} | {n:,} | {n - chat:+,} | {n / chat:.3f} |" for name, n in per.items()]
+def instructions_report(per: dict[str, list[int]]) -> str:
+    chat = statistics.median(per["chat"])
+    lines = ["| route | instructions / request (each round) | median | − chat's | ratio |", "|---|---|---:|---:|---:|"]
+    for name, counts in per.items():
+        n = statistics.median(counts)
+        lines.append(f"| {name} | {', '.join(f'{c:,}' for c in counts)} | {n:,.0f} | {n - chat:+,.0f} "
+                     f"| {n / chat:.3f} |")
     return "\n".join(lines)
 
 
