@@ -19,7 +19,12 @@ executes per request of each door (valgrind callgrind, one Hearth under valgrind
 from one client, each door's count dumped on its own, the doors interleaved over ``--rounds``): a figure
 the machine's noise cannot move, for the work a door adds (not its waiting).
 
-Usage: ``python bench/responses_bench.py [--rounds 5] [--seconds 4] [--instructions 200]``
+With ``--translation N`` it times (``timeit``, best of 5 runs of N) what each door does on top of the chat
+route in the process: parsing and translating the request, and rendering the chat answer in the door's
+format (the chat route's own rendering, the model rename, subtracted) — the door's whole added CPU work
+but the stored variant's write.
+
+Usage: ``python bench/responses_bench.py [--rounds 5] [--seconds 4] [--instructions 200] [--translation 20000]``
 """
 
 from __future__ import annotations
@@ -72,9 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=4)
+    ap.add_argument("--translation", type=int, default=0, metavar="N",
+                    help="time each door's own translation work in-process (timeit, N per run) instead")
     ap.add_argument("--instructions", type=int, default=0, metavar="N",
                     help="count instructions per request (callgrind, N requests per door) instead of timing")
     a = ap.parse_args(argv)
+    if a.translation:
+        print(translation_report(time_translation(a.translation)))
+        return 0
     if a.instructions:
         print(instructions_report(count_instructions(a.instructions, a.rounds)))
         return 0
@@ -196,6 +206,49 @@ def instructions_report(per: dict[str, list[int]]) -> str:
         n = statistics.median(counts)
         lines.append(f"| {name} | {', '.join(f'{c:,}' for c in counts)} | {n:,.0f} | {n - chat:+,.0f} "
                      f"| {n / chat:.3f} |")
+    return "\n".join(lines)
+
+
+def time_translation(n: int) -> dict[str, float]:
+    """µs per request of each door's own work: the request translated and checked, the answer rendered."""
+    import timeit
+
+    import orjson
+
+    from hearth.api.chat_validation import validate_chat
+    from hearth.responses.completions import completion_chat_body, text_completion
+    from hearth.responses.objects import from_chat_completion, new_response_id
+    from hearth.responses.requests import parse_responses_request
+    from hearth.testing.fake_upstream import reply_text
+
+    answer = orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": gb.PUBLIC_MODEL,
+                           "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                        "message": {"role": "assistant", "content": reply_text(20)}}],
+                           "usage": {"prompt_tokens": 15, "completion_tokens": 20, "total_tokens": 35}})
+    bodies = {name: orjson.dumps(t.body(False)) for name, t in _targets(0, None).items()}
+
+    def chat() -> None:
+        validate_chat(orjson.loads(bodies["chat"]))
+
+    def responses() -> None:
+        parsed = parse_responses_request(orjson.loads(bodies["responses"]))
+        validate_chat(parsed.chat_body([]))
+        orjson.dumps(from_chat_completion(orjson.loads(answer), response_id=new_response_id(stored=False),
+                                          model=gb.PUBLIC_MODEL, echo=parsed.echo))
+
+    def completions() -> None:
+        validate_chat(completion_chat_body(orjson.loads(bodies["completions"])))
+        orjson.dumps(text_completion(orjson.loads(answer)))
+
+    out = {}
+    for name, fn in (("chat", chat), ("responses", responses), ("completions", completions)):
+        out[name] = min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+    return out
+
+
+def translation_report(us: dict[str, float]) -> str:
+    lines = ["| route | parse + check + render, µs per request | − chat's, µs |", "|---|---:|---:|"]
+    lines += [f"| {name} | {v:.2f} | {v - us['chat']:+.2f} |" for name, v in us.items()]
     return "\n".join(lines)
 
 
