@@ -31,7 +31,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.app",),  # the ASGI application
     ("hearth.console",),  # the web console at /console: server-rendered pages over api's plumbing and the services
     ("hearth.api",),  # HTTP faces: routers, auth dependencies, HTTP-only concerns (budget headers)
-    ("hearth.responses",),  # the Responses API and legacy completions: translated to chat calls on the gateway
     ("hearth.readiness",),
     ("hearth.runtime",),  # composition root: builds the gateway, providers, writers, the task engine
     ("hearth.shutdown",),  # the process's shutdown phases (readiness and the open streams read them)
@@ -40,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.documents",),  # the document pipeline: blobs, PDF text, evidence, review triggers, jobs
     ("hearth.workflows",),  # schedules (and, next, workflows and reviews) on the task engine
     ("hearth.tasks",),  # the durable task engine: the queue is a table; capability tasks run on it
+    ("hearth.responses",),  # the Responses API and legacy completions: translated to chat calls on the gateway
     ("hearth.capabilities",),  # summarize, extract, generate, chat: prompt rendered, gateway called, output checked
     ("hearth.gateway", "hearth.auth"),  # the call core; who is calling (callers' keys, signatures)
     ("hearth.providers",),  # upstream adapters, used by the gateway, never using it

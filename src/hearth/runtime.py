@@ -57,6 +57,7 @@ from hearth.registry.store import (
     load_registry,
     set_endpoint_enabled,
 )
+from hearth.responses.store import pending_writes
 from hearth.settings import Settings, read_config_file
 from hearth.shutdown import Shutdown
 from hearth.state.base import StateBackend, StateUnavailable
@@ -200,6 +201,7 @@ class Runtime:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await pending_writes(self.engine).drain()  # answered stored responses are written (docs/responses.md)
         await self.log_writer.stop()
         if self.usage_events is not None:  # after the request log's last batch was handed to it
             await self.usage_events.stop()

@@ -14,7 +14,8 @@ the answer:
   an unknown young id costs at most the window; another caller's id, none.
 
 A write that fails (the database down) is logged (``response_not_stored``): the answer was delivered, the
-id then answers 404; so does a write cut by the process stopping. A stream's response is written before its
+id then answers 404. A graceful stop waits for the writes under way (:meth:`PendingWrites.drain`, in the
+runtime's stop); a process killed mid-write loses that response. A stream's response is written before its
 final event instead (one commit at the end of a long stream is not worth the machinery).
 
 A row is the Response object as returned and the conversation up to and including it, as chat messages,
