@@ -115,3 +115,19 @@ async def test_a_failed_write_ends_pending_and_the_id_is_not_found(engine):
     await pending.drain()
     assert len(pending) == 0
     assert await load_response(engine, caller="alice", response_id=response_id, now=time.time()) is None
+
+
+async def test_draining_waits_for_writes_but_not_beyond_its_bound(engine):
+    never = asyncio.Event()
+
+    async def stuck() -> None:
+        await never.wait()  # a database that does not answer
+
+    pending = pending_writes(engine)
+    pending.start(new_response_id(), stuck)
+    started = time.monotonic()
+    await pending.drain(timeout_s=0.1)
+    assert 0.1 <= time.monotonic() - started < 1.0 and len(pending) == 1
+    never.set()
+    await pending.drain()
+    assert len(pending) == 0

@@ -44,7 +44,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MULTIPROC_DIR: str | None = os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower())
 
 ROUTES = frozenset({"chat", "embeddings", "capability"})
-ROUTES = ROUTES | {"responses", "completions"}  # the Responses API and legacy completions doors
+ROUTES |= {"responses", "completions"}  # the Responses API and legacy completions doors (docs/responses.md)
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 MAX_NAMES = 1000  # distinct values of one name label (model, endpoint) before new ones become `other`
 UNKNOWN = "unknown"

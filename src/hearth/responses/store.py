@@ -55,6 +55,7 @@ __all__ = ["PURGE_INTERVAL_S", "WRITE_WINDOW_S", "PendingWrites", "StoredRespons
 log = get_logger("hearth.responses")
 PURGE_INTERVAL_S = 60.0
 WRITE_WINDOW_S = 2.0  # how long after its creation another process may still be writing a response
+DRAIN_TIMEOUT_S = 5.0  # how long a stopping process waits for its writes under way
 _RECHECK_S = 0.005
 _C = responses.c
 _last_purge: WeakKeyDictionary[Engine, float] = WeakKeyDictionary()
@@ -94,10 +95,12 @@ class PendingWrites:
         if task is not None:
             await asyncio.wait((task,))
 
-    async def drain(self) -> None:
-        """Wait for every write under way (tests; a shutdown that wants them done)."""
-        while self._writes:
-            await asyncio.wait(list(self._writes.values()))
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Wait for the writes under way, at most ``timeout_s`` (a stopping process: a database that does not
+        answer must not hold the shutdown; what is still unwritten then is lost, as in a crash)."""
+        deadline = time.monotonic() + timeout_s
+        while self._writes and (left := deadline - time.monotonic()) > 0:
+            await asyncio.wait(list(self._writes.values()), timeout=left)
 
 
 def pending_writes(engine: AsyncEngine) -> PendingWrites:
