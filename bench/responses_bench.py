@@ -19,6 +19,10 @@ executes per request of each door (valgrind callgrind, one Hearth under valgrind
 from one client, each door's count dumped on its own, the doors interleaved over ``--rounds``): a figure
 the machine's noise cannot move, for the work a door adds (not its waiting).
 
+With ``--ttft`` it also measures each door's time to first token of a stream at c=1 (a sequential client
+reading until the first event that carries text: a chat delta, ``response.output_text.delta``, a
+completion chunk's text), interleaved the same way.
+
 With ``--translation N`` it times (``timeit``, best of 5 runs of N) what each door does on top of the chat
 route in the process: parsing and translating the request, and rendering the chat answer in the door's
 format (the chat route's own rendering, the model rename, subtracted) — the door's whole added CPU work
@@ -33,6 +37,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import secrets
 import statistics
 import subprocess
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=4)
+    ap.add_argument("--ttft", action="store_true", help="also time to first token of streams at c=1")
     ap.add_argument("--translation", type=int, default=0, metavar="N",
                     help="time each door's own translation work in-process (timeit, N per run) instead")
     ap.add_argument("--instructions", type=int, default=0, metavar="N",
@@ -107,12 +113,20 @@ def main(argv: list[str] | None = None) -> int:
             if status != 200:
                 raise SystemExit(f"{t.name}: {status} {raw[:300]!r}")
         p50: dict[str, list[float]] = {name: [] for name in targets}
+        ttft: dict[str, list[float]] = {name: [] for name in targets}
         for r in range(a.rounds):
             order = list(targets) if r % 2 == 0 else list(targets)[::-1]
             for name in order:
                 p50[name].append(gb.latency_run(env, targets[name])["latency_ms"]["p50"])
+                if a.ttft:
+                    ttft[name].append(_ttft_p50(port, targets[name], a.seconds))
             gb.log(f"round {r}: " + ", ".join(f"{n}={v[-1]:.3f} ms" for n, v in p50.items()))
+            if a.ttft:
+                gb.log(f"round {r} TTFT: " + ", ".join(f"{n}={v[-1]:.3f} ms" for n, v in ttft.items()))
         print(report(p50))
+        if a.ttft:
+            print("\nTime to first token of a stream at c=1:\n")
+            print(report(ttft))
     finally:
         env.procs.stop_all()
     return 0
@@ -127,6 +141,35 @@ def report(p50: dict[str, list[float]]) -> str:
         lines.append(f"| {name} | {statistics.median(values):.3f} | {', '.join(f'{x:+.3f}' for x in per)} "
                      f"| {statistics.median(per):+.3f} |")
     return "\n".join(lines)
+
+
+# a chat delta with content, a Responses text delta, a completion chunk with text (empty ones do not count)
+_FIRST_TEXT = re.compile(rb'"content":"[^"]|"type":"response\.output_text\.delta"|"text":"[^"]')
+
+
+def _ttft_p50(port: int, target: DoorTarget, seconds: float) -> float:
+    """p50 of the time to the first event with text of ``target``'s stream, sequential, for ``seconds``."""
+    conn = http.client.HTTPConnection(gb.HOST, port, timeout=60)
+    payload = json.dumps(target.body(True)).encode()
+    headers = {"Authorization": f"Bearer {gb.CALLER_KEY}", "Content-Type": "application/json",
+               "Accept": "text/event-stream"}
+    firsts: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        conn.request("POST", target.path, payload, headers)
+        resp = conn.getresponse()
+        first = None
+        seen = b""
+        while chunk := resp.read1(65536):
+            seen += chunk
+            if first is None and _FIRST_TEXT.search(seen):
+                first = (time.perf_counter() - t0) * 1000
+        if resp.status != 200 or first is None:
+            raise SystemExit(f"{target.name}: stream {resp.status} without text")
+        firsts.append(first)
+    conn.close()
+    return statistics.median(firsts)
 
 
 def _send(port: int, target: DoorTarget, total: int) -> None:
