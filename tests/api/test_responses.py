@@ -364,3 +364,13 @@ async def test_a_scene_names_the_model_and_caps_max_output_tokens(fake, hearth_s
     over = await http.post(server.base_url + "/v1/responses", json={"input": "x", "max_output_tokens": 9},
                            headers=scene)
     assert over.status_code == 400 and over.json()["error"]["code"] == "scene_max_tokens_exceeded"
+
+
+async def test_the_simulated_provider_answers_the_responses_door_offline(hearth_server, http):
+    server = hearth_server(gateway_registry([{"name": "s", "provider": "sim", "upstream_model": "sim-1"}]))
+    async with _client(server) as client:
+        response = await client.responses.create(model="m", input="Hello, Hearth!")
+        async with client.responses.stream(model="m", input="Hello, Hearth!") as stream:
+            final = await stream.get_final_response()
+    assert "[simulated]" in response.output_text and response.status == "completed"
+    assert "[simulated]" in final.output_text
