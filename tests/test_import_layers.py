@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("hearth.documents",),  # the document pipeline: blobs, PDF text, evidence, review triggers, jobs
     ("hearth.workflows",),  # schedules (and, next, workflows and reviews) on the task engine
     ("hearth.tasks",),  # the durable task engine: the queue is a table; capability tasks run on it
+    ("hearth.responses",),  # the Responses API and legacy completions: translated to chat calls on the gateway
     ("hearth.capabilities",),  # summarize, extract, generate, chat: prompt rendered, gateway called, output checked
     ("hearth.gateway", "hearth.auth"),  # the call core; who is calling (callers' keys, signatures)
     ("hearth.providers",),  # upstream adapters, used by the gateway, never using it

@@ -49,6 +49,7 @@ from hearth.api import (
     workflow_runs,
     workflows,
 )
+from hearth.api import responses as responses_api
 from hearth.api.direct_routes import DirectRoutes
 from hearth.api.error_handlers import install_error_handlers
 from hearth.console import install_console
@@ -118,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(anthropic_messages.router)
     app.include_router(files.router)
     app.include_router(batches.router)
+    app.include_router(responses_api.router)  # /v1/responses, /v1/completions (docs/responses.md)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

@@ -69,6 +69,7 @@ from hearth.registry.store import (
     load_registry,
     set_endpoint_enabled,
 )
+from hearth.responses.store import pending_writes
 from hearth.settings import Settings, read_config_file
 from hearth.shutdown import Shutdown
 from hearth.state.base import StateBackend, StateUnavailable
@@ -216,6 +217,7 @@ class Runtime:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await pending_writes(self.engine).drain()  # answered stored responses are written (docs/responses.md)
         await self.log_writer.stop()
         if self.mcp is not None:
             await self.mcp.close()

@@ -289,6 +289,9 @@ class Settings(BaseSettings):
                                  "more fails the batch (`too_many_requests` in its `errors`)")
     batch_concurrency: int = Field(default=8, ge=1, le=1000, description="requests of one batch in flight at once "
                                    "(each also passes the caller's limits and budgets)")
+    # the Responses API (docs/responses.md)
+    responses_retention_s: float = Field(default=30 * 86_400.0, gt=0, description="how long a stored Responses API "
+                                         "object (and the conversation `previous_response_id` continues) is kept")
 
     @field_validator("quota_time_zone")
     @classmethod

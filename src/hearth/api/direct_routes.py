@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from hearth.api import ai, anthropic_messages, images, mcp, openai
+from hearth.api import ai, anthropic_messages, images, mcp, openai, responses
 from hearth.api.client_watch import ClientWatch, DelayedWatches
 from hearth.api.error_handlers import relayed_error, render_error
 from hearth.errors import HearthError, UpstreamHTTPError
@@ -54,6 +54,8 @@ class DirectRoutes:
             ("POST", "/mcp"): mcp.post_message,
             ("POST", "/v1/messages"): anthropic_messages.messages,
             ("POST", "/v1/messages/count_tokens"): anthropic_messages.count_tokens,
+            ("POST", "/v1/responses"): responses.create_response,
+            ("POST", "/v1/completions"): responses.completions,
         }
         self.delayed_watches = DelayedWatches()
 

@@ -43,11 +43,16 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: chooses its value storage when the first metric is built).
 MULTIPROC_DIR: str | None = os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower())
 
-ROUTES = frozenset({"chat", "embeddings", "capability"})
-ROUTES |= {"images"}  # the images door (docs/images.md)
-ROUTES |= {"grpc"}  # the gRPC door's Chat and StreamChat (hearth.grpc_api)
-ROUTES = ROUTES | {"messages"}  # the Anthropic Messages door
-ROUTES = ROUTES | {"batch"}  # each line of a batch (hearth.batches): one gateway call
+#: The request log's routes, one per door onto the gateway core (anything else is labelled ``other``).
+ROUTES = frozenset({
+    "chat", "embeddings", "capability",  # /v1/chat/completions, /v1/embeddings, /api/v1/ai/*
+    "responses", "completions",  # the Responses API and legacy completions (docs/responses.md)
+    "messages",  # the Anthropic Messages door (docs/anthropic.md)
+    "images",  # /v1/images/generations (docs/images.md)
+    "batch",  # each line of a batch (docs/batches.md): one gateway call
+    "grpc",  # the gRPC door's Chat and StreamChat (docs/grpc.md)
+    "endpoint_test",  # an operator's test call of one endpoint (docs/console.md)
+})
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 MAX_NAMES = 1000  # distinct values of one name label (model, endpoint) before new ones become `other`
 UNKNOWN = "unknown"

@@ -830,3 +830,17 @@ batch_items = Table(
     Column("output", Text, nullable=False),  # the JSONL line as written to that file
     Column("created_at", Float, nullable=False),
 )
+# owner: hearth.responses.store — Responses API objects a caller stored (``store`` not false): the answer as
+# returned, and the conversation up to it as chat messages (what ``previous_response_id`` continues); kept
+# until ``expires_at`` (``responses_retention_s``), visible to the caller that created them only
+responses = Table(
+    "responses", metadata,
+    Column("id", String(64), primary_key=True),  # resp_…
+    Column("caller", String(128), nullable=False),
+    Column("previous_response_id", String(64), nullable=True),
+    Column("response", JSON, nullable=False),  # the Response object as returned (status, output, usage, …)
+    Column("conversation", JSON, nullable=False),  # chat messages: earlier turns, this turn's input, its answer
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
+Index("ix_responses_expires", responses.c.expires_at)

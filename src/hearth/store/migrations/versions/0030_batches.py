@@ -3,7 +3,7 @@
 keyed by (batch, line): the durable record that makes a resumed batch skip what was answered).
 
 Revision ID: 0030
-Revises: 0028
+Revises: 0029
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0030"
-down_revision = "0028"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 
