@@ -18,9 +18,6 @@ the ``usage_outbox`` table.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,14 +30,13 @@ from hearth.clock import SYSTEM_CLOCK, Clock
 from hearth.observability.logging import get_logger
 from hearth.observability.request_log import RequestLogRecord
 from hearth.observability.usage_events import ProviderOf, is_settled_call, new_event_id, usage_event
-from hearth.store.batch_insert import insert_isolating
-from hearth.store.db import stop_writer_task, write_transaction
+from hearth.store.db import write_transaction
+from hearth.store.queued_rows import QueuedRows
 from hearth.store.tables import usage_outbox
 
 log = get_logger("hearth.usage_outbox")
 
 SINKS = ("webhook", "nats", "amqp")
-_MAX_BACKOFF_S = 5.0
 _ERROR_CHARS = 500
 
 
@@ -54,7 +50,7 @@ class OutboxRow:
     attempts: int
 
 
-class UsageOutboxWriter:
+class UsageOutboxWriter(QueuedRows):
     """Writes events' outbox rows in batches, one row per configured sink (see the module docstring)."""
 
     def __init__(self, engine: AsyncEngine, sinks: Sequence[str], provider_of: ProviderOf, *,
@@ -62,30 +58,17 @@ class UsageOutboxWriter:
         unknown = set(sinks) - set(SINKS)
         if unknown or not sinks:
             raise ValueError(f"sinks must be a non-empty subset of {SINKS}, not {list(sinks)}")
-        self._engine = engine
+        super().__init__(engine, usage_outbox, name="usage_outbox", row_key="event_id",
+                         max_rows=max_queue * len(sinks), batch=batch, flush_s=flush_s)
         self.sinks = tuple(sinks)
         self._provider_of = provider_of
-        self._queue: deque[dict[str, Any]] = deque()
-        self._max_rows = max_queue * len(self.sinks)
-        self._batch = batch
-        self._flush_s = flush_s
         self._clock = clock
-        self._wake = asyncio.Event()
-        self._stop = asyncio.Event()
-        self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
         self.events = 0  # events made (each becomes one row per sink)
-        self.written = 0  # rows
-        self.dropped = 0  # rows dropped because the queue was full
-        self.dead = 0
-        self.lost = 0
-        self.failed_batches = 0
-        self.last_error: str | None = None
 
     def add(self, records: Sequence[RequestLogRecord]) -> None:
         """Queue the events of ``records`` (written request-log records; capability rows are skipped)."""
         now = self._clock.now()
-        queue = self._queue
+        rows: list[dict[str, Any]] = []
         for record in records:
             if not is_settled_call(record):
                 continue
@@ -96,74 +79,12 @@ class UsageOutboxWriter:
                 log.warning("usage_event_not_made", request_id=str(record.request_id)[:64], error=type(exc).__name__)
                 continue
             self.events += 1
-            for sink in self.sinks:
-                queue.append({"event_id": event_id, "sink": sink, "payload": payload, "state": "pending",
-                              "attempts": 0, "next_at": now, "created_at": now})
-        overflow = len(queue) - self._max_rows
-        for _ in range(overflow):
-            queue.popleft()
-        self.dropped += max(overflow, 0)
-        if len(queue) >= self._batch:
-            self._wake.set()
-
-    @property
-    def pending(self) -> int:
-        return len(self._queue)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="usage-outbox-writer")
-
-    async def _run(self) -> None:
-        backoff = 0.0
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                if backoff:
-                    await asyncio.wait_for(self._stop.wait(), backoff)
-                else:
-                    await asyncio.wait_for(self._wake.wait(), self._flush_s)
-            self._wake.clear()
-            if await self.flush():
-                backoff = 0.0
-            else:
-                backoff = min(max(2 * backoff, self._flush_s), _MAX_BACKOFF_S)
-
-    async def flush(self) -> bool:
-        """Write what is queued; False if the database was unavailable (the unwritten rows stay queued)."""
-        async with self._lock:
-            queue = self._queue
-            while queue:
-                rows = [queue.popleft() for _ in range(min(len(queue), self._batch))]
-                outcome = await insert_isolating(self._engine, usage_outbox, rows, writer="usage_outbox",
-                                                 row_key="event_id")
-                self.written += outcome.written
-                self.dead += outcome.dead
-                self.lost += outcome.lost
-                if outcome.error is not None:
-                    self.last_error = outcome.error
-                if outcome.retry:
-                    self.failed_batches += 1
-                    queue.extendleft(reversed(outcome.retry))
-                    overflow = len(queue) - self._max_rows
-                    for _ in range(overflow):
-                        queue.popleft()
-                    self.dropped += max(overflow, 0)
-                    return False
-            return True
-
-    async def stop(self) -> None:
-        """Stop the loop and write what is left (call after the request-log writer's own final flush)."""
-        if self._task is not None:
-            self._stop.set()
-            self._wake.set()
-            await stop_writer_task(self._task)
-            self._task = None
-        if not await self.flush():
-            log.error("usage_outbox_rows_not_written", rows=len(self._queue), error=self.last_error)
+            rows += ({"event_id": event_id, "sink": sink, "payload": payload, "state": "pending", "attempts": 0,
+                      "next_at": now, "created_at": now} for sink in self.sinks)
+        self.put(rows)
 
     def stats(self) -> dict[str, int | str | None]:
-        return {"events": self.events, "written": self.written, "dropped": self.dropped, "dead": self.dead,
-                "lost": self.lost, "pending": len(self._queue), "failed_batches": self.failed_batches,
-                "last_error": self.last_error}
+        return {"events": self.events, **super().stats()}
 
 
 async def claim_due(engine: AsyncEngine, sink: str, *, now: float, limit: int, lease_s: float) -> list[OutboxRow]:
