@@ -303,7 +303,8 @@ def targets(k: dict[str, Any]) -> list[tuple[str, str, bool]]:
         f"/console/dead-letters/{k['letter']}", "/console/reviews", "/console/reviews?state=pending",
         f"/console/reviews/{k['review']}", "/console/prompts", "/console/schedules", "/console/budgets",
         "/console/usage", "/console/usage?window=7d", "/console/usage?window=30d&group_by=model",
-        "/console/playground"]
+        "/console/playground", "/console/quota-groups", "/console/queues", "/console/workflows", "/console/runs",
+        "/console/runs?state=running"]
     api = ["/api/v1/request-logs", "/api/v1/request-logs?caller=app-2", "/api/v1/request-logs?status=500",
            "/api/v1/request-logs?status=404", "/api/v1/request-logs?offset=5000",
            "/api/v1/ai/tasks", "/api/v1/ai/tasks?state=failed", f"/api/v1/ai/tasks?updated_since={day_ago}",
@@ -312,7 +313,7 @@ def targets(k: dict[str, Any]) -> list[tuple[str, str, bool]]:
            "/api/v1/reviews?state=pending", "/api/v1/schedules", "/api/v1/admin/usage?window=24h",
            "/api/v1/admin/usage?window=30d&group_by=model", "/api/v1/admin/alerts", "/api/v1/ai/callbacks",
            "/api/v1/usage?period=day", "/api/v1/usage?period=month&caller=app-4", "/api/v1/prompts",
-           "/api/v1/workflows", "/api/v1/admin/callers", "/api/v1/admin/endpoints"]
+           "/api/v1/workflows", "/api/v1/admin/callers", "/api/v1/admin/endpoints", "/api/v1/admin/queues"]
     return [("console", p, False) for p in console] + [("api", p, True) for p in api]
 
 
