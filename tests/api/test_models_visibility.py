@@ -146,7 +146,7 @@ async def test_a_model_may_expose_its_upstream_name(fake, hearth_server, http):
 def test_the_model_field_is_rewritten_in_any_json_layout() -> None:
     import orjson
 
-    from hearth.api.openai import public_model_body
+    from hearth.wire.model_name import public_model_body
 
     spaced = b'{"id": "x",\n  "model" :  "up-\\"q\\"", "choices": [{"text": "\\"model\\": \\"up\\""}]}'
     assert orjson.loads(public_model_body(spaced, "pub")) == {

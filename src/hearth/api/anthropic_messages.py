@@ -36,9 +36,9 @@ from hearth.api.anthropic_schemas import (
     TokenCount,
 )
 from hearth.api.anthropic_stream import MessagesEventStream
+from hearth.api.call_context import call_context, call_headers
 from hearth.api.deps import authenticate_caller, authenticated_body, claim_nonce, runtime
 from hearth.api.event_stream import EventStreamResponse
-from hearth.api.openai import call_context, call_headers
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object
 from hearth.auth.internal import PendingNonce

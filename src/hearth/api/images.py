@@ -13,9 +13,9 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from hearth.api.call_context import call_context, call_headers
 from hearth.api.deps import authenticated_body, runtime
 from hearth.api.images_schemas import ImageGenerationRequest, ImagesResponse
-from hearth.api.openai import _call_headers, _context
 from hearth.api.openai_schemas import ERROR_RESPONSES, request_body
 from hearth.api.request_body import parse_json_object
 from hearth.errors import HearthError
@@ -40,9 +40,9 @@ async def generations(request: Request) -> Response:
     body = parse_json_object(raw)
     image_request = check_image_request(body)
     rt = runtime(request)
-    ctx = _context(request, caller, body, "images", nonce=nonce)
+    ctx = call_context(request, caller, body, "images", nonce=nonce)
     answer = await _images(request).generate(rt.gateway, ctx, image_request, base_url=str(request.base_url))
-    return Response(orjson.dumps(answer), media_type="application/json", headers=_call_headers(ctx))
+    return Response(orjson.dumps(answer), media_type="application/json", headers=call_headers(ctx))
 
 
 @router.get("/files/{name}", summary="A generated image, by its signed URL",

@@ -16,10 +16,10 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from hearth.api.call_context import call_context, call_headers, public_reply
 from hearth.api.chat_validation import validate_chat
 from hearth.api.deps import authenticate_caller, authenticated_body, runtime
 from hearth.api.event_stream import EventStreamResponse, FrameSource
-from hearth.api.openai import _call_headers, _context, _public_reply
 from hearth.api.openai_schemas import ERROR_RESPONSES, request_body
 from hearth.api.request_body import parse_json_object
 from hearth.api.responses_schemas import (
@@ -57,11 +57,11 @@ def _checked(parsed: ResponsesRequest) -> ResponsesRequest:
 
 def _json(value: object, ctx: CallContext | None = None) -> Response:
     return Response(orjson.dumps(value), media_type="application/json",
-                    headers=_call_headers(ctx) if ctx is not None else None)
+                    headers=call_headers(ctx) if ctx is not None else None)
 
 
 def _stream(request: Request, ctx: CallContext, opening: Awaitable[FrameSource]) -> Response:
-    return EventStreamResponse.opening(opening, lambda: _call_headers(ctx),
+    return EventStreamResponse.opening(opening, lambda: call_headers(ctx),
                                        keepalive_s=runtime(request).settings.sse_keepalive_s)
 
 
@@ -74,7 +74,7 @@ async def create_response(request: Request) -> Response:
     parsed = _checked(parse_responses_request(body))
     service = _service(request)
     history = await service.history(caller.name, parsed)
-    ctx = _context(request, caller, body, "responses", nonce=nonce)
+    ctx = call_context(request, caller, body, "responses", nonce=nonce)
     if parsed.stream:
         return _stream(request, ctx, service.open_stream(ctx, parsed, history))
     return _json(await service.create(ctx, parsed, history), ctx)
@@ -103,11 +103,11 @@ async def completions(request: Request) -> Response:
     chat = completion_chat_body(body)
     validate_chat(chat)
     gw = runtime(request).gateway
-    ctx = _context(request, caller, body, "completions", nonce=nonce)
+    ctx = call_context(request, caller, body, "completions", nonce=nonce)
     if chat.get("stream"):
         async def opening() -> FrameSource:
             return CompletionStream(await gw.open_stream(ctx, chat))
 
         return _stream(request, ctx, opening())
     reply = await gw.complete(ctx, chat)
-    return _json(text_completion(orjson.loads(_public_reply(gw.registry, ctx, reply.body))), ctx)
+    return _json(text_completion(orjson.loads(public_reply(gw.registry, ctx, reply.body))), ctx)
