@@ -26,7 +26,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,9 +33,9 @@ from typing import Any
 
 import httpx
 import yaml
+from hearth_process import start_hearth
 
 from hearth.testing.fake_upstream import FakeUpstream
-from hearth.testing.server_thread import free_port
 
 KEY = "bench-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -92,24 +91,10 @@ async def _batch_round(base: str, lines: int) -> float:
 
 
 def _start_hearth(tmp: Path, config: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {**os.environ, "HEARTH_CONFIG": str(config), "HEARTH_PORT": str(port), "HEARTH_HOST": "127.0.0.1",
-           "HEARTH_DATABASE_URL": args.database_url or f"sqlite+aiosqlite:///{tmp}/hearth.db",
-           "HEARTH_MASTER_KEY": "00" * 32, "HEARTH_LOG_LEVEL": "warning", "HEARTH_DOCUMENT_DIR": str(tmp / "blobs"),
-           "HEARTH_BATCH_CONCURRENCY": str(args.concurrency)}
-    proc = subprocess.Popen([sys.executable, "-m", "hearth", "serve"], cwd=tmp, env=env,
-                            stdout=open(tmp / "hearth.log", "wb"), stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("hearth did not start: " + (tmp / "hearth.log").read_text()[-2000:])
+    return start_hearth(tmp, {
+        "HEARTH_CONFIG": str(config), "HEARTH_DOCUMENT_DIR": str(tmp / "blobs"),
+        "HEARTH_DATABASE_URL": args.database_url or f"sqlite+aiosqlite:///{tmp}/hearth.db",
+        "HEARTH_BATCH_CONCURRENCY": str(args.concurrency)}, ready_s=30)
 
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:

@@ -38,11 +38,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hearth_process import start_hearth as start_hearth_process  # noqa: E402
 from tests.console.console_client import csrf_of  # noqa: E402
 
 from hearth.observability.request_rollups import rebuild_rollups  # noqa: E402
 from hearth.store.db import create_engine, migrate  # noqa: E402
-from hearth.testing.server_thread import free_port  # noqa: E402
 
 DB = "hearth_bench_console"
 PG = os.environ.get("HEARTH_BENCH_PG", "postgres@127.0.0.1:5432")
@@ -261,28 +261,9 @@ def start_hearth(tmp: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
         "callers": [{"name": c, "key": f"bench-key-{c}"} for c in CALLERS],
         "budgets": [{"name": f"daily-{c}", "caller": c, "scope": "caller", "period": "day", "unit": "tokens",
                      "limit": 10_000_000} for c in CALLERS]}))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-    env.update({"HEARTH_CONFIG": str(config), "HEARTH_DATABASE_URL": url, "HEARTH_MASTER_KEY": "00" * 32,
-                "HEARTH_PORT": str(port), "HEARTH_HOST": "127.0.0.1", "HEARTH_ADMIN_TOKEN": ADMIN_TOKEN,
-                "HEARTH_LOG_LEVEL": "warning", "HEARTH_OFFLINE_FALLBACK": "false",
-                "HEARTH_DOCUMENT_DIR": str(tmp / "documents")})
-    out = open(tmp / "hearth.log", "wb")  # the server's log, open while it runs
-    proc = subprocess.Popen([sys.executable, "-m", "hearth", "serve"], env=env, cwd=tmp, stdout=out,
-                            stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("hearth serve did not become ready:\n" + (tmp / "hearth.log").read_text()[-3000:])
+    return start_hearth_process(tmp, {"HEARTH_CONFIG": str(config), "HEARTH_DATABASE_URL": url,
+                                      "HEARTH_ADMIN_TOKEN": ADMIN_TOKEN, "HEARTH_OFFLINE_FALLBACK": "false",
+                                      "HEARTH_DOCUMENT_DIR": str(tmp / "documents")}, ready_s=120)
 
 
 def targets(k: dict[str, Any]) -> list[tuple[str, str, bool]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,10 +27,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from hearth_process import start_hearth as start_hearth_process  # noqa: E402
 from tests.documents import pdf_factory  # noqa: E402
 
 from hearth.testing.fake_upstream import FakeUpstream  # noqa: E402
-from hearth.testing.server_thread import free_port  # noqa: E402
 
 KEY = "bench-key-123"
 TARGET_P50_MS = 50.0
@@ -43,28 +42,10 @@ def start_hearth(tmp: Path, fake: FakeUpstream) -> tuple[subprocess.Popen[bytes]
         "providers": [{"name": "up", "kind": "openai"}],
         "endpoints": [{"name": "a", "provider": "up", "base_url": fake.base_url, "upstream_model": "up"}],
         "models": [{"name": "m", "endpoints": ["a"]}], "callers": [{"name": "bench", "key": KEY}]}))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-    env.update({"HEARTH_CONFIG": str(config), "HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/hearth.db",
-                "HEARTH_MASTER_KEY": "00" * 32, "HEARTH_PORT": str(port), "HEARTH_HOST": "127.0.0.1",
-                "HEARTH_DOCUMENT_DIR": str(tmp / "documents"), "HEARTH_LOG_LEVEL": "warning",
-                "HEARTH_OFFLINE_FALLBACK": "false", "HEARTH_TASK_POLL_S": "0.05"})
-    log = open(tmp / "hearth.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "hearth", "serve"], env=env, cwd=tmp, stdout=log,
-                            stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("hearth serve did not become ready:\n" + (tmp / "hearth.log").read_text()[-2000:])
+    return start_hearth_process(tmp, {
+        "HEARTH_CONFIG": str(config), "HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/hearth.db",
+        "HEARTH_DOCUMENT_DIR": str(tmp / "documents"), "HEARTH_OFFLINE_FALLBACK": "false",
+        "HEARTH_TASK_POLL_S": "0.05"})
 
 
 def pct(values: list[float], p: float) -> float:
