@@ -21,7 +21,7 @@ from hearth.console.run_graph import run_graph
 from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 from hearth.workflows.definitions import edges
-from hearth.workflows.run_actions import Audit, RunActions
+from hearth.workflows.run_actions import RUN_ACTION_STATES, STEP_ACTION_STATES, Audit, RunActions
 from hearth.workflows.run_store import runs_page
 
 router = APIRouter()
@@ -29,15 +29,8 @@ log = get_logger("hearth.console")
 PAGE: Final = 50
 MAX_TASK_LOOKUPS: Final = 100  # steps of one run whose task is read for its attempts
 RUN_STATES: Final = ("running", "paused", "succeeded", "failed", "cancelled", "terminated")
-RUN_ACTIONS: Final = ("pause", "resume", "terminate")
-STEP_ACTIONS: Final = ("rerun", "skip", "mark-succeeded")
-# the run and step states each action takes (as hearth.workflows.run_actions decides: the page offers only those)
-STEP_ACTION_STATES: Final = {
-    "rerun": (("running", "paused", "succeeded", "failed"), ("running", "succeeded", "failed", "skipped", "cancelled")),
-    "skip": (("running", "paused", "failed"), ("waiting", "failed")),
-    "mark-succeeded": (("running", "paused", "failed"), ("waiting", "running", "failed", "skipped", "cancelled")),
-}
-RUN_ACTION_STATES: Final = {"pause": ("running",), "resume": ("paused",), "terminate": ("running", "paused")}
+RUN_ACTIONS: Final = tuple(RUN_ACTION_STATES)
+STEP_ACTIONS: Final = tuple(a.replace("_", "-") for a in STEP_ACTION_STATES)  # as in the URLs: mark-succeeded
 
 
 @router.get("/workflows", include_in_schema=False)
@@ -106,7 +99,8 @@ async def run(run_id: str, request: Request) -> Response:
 
 def offered(run_state: str, step_state: str) -> list[str]:
     """The step actions a step in ``step_state`` of a run in ``run_state`` can take."""
-    return [a for a in STEP_ACTIONS if run_state in STEP_ACTION_STATES[a][0] and step_state in STEP_ACTION_STATES[a][1]]
+    return [action.replace("_", "-") for action, (run_states, step_states) in STEP_ACTION_STATES.items()
+            if run_state in run_states and step_state in step_states]
 
 
 def _audit(console_user: str, form: dict[str, str]) -> Audit | None:

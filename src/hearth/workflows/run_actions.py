@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from hearth.errors import HearthError
 from hearth.workflows import run_store
@@ -87,6 +87,17 @@ class _LetGo:
         self.tasks += [t for t in [row["task_id"], *detail.get("tasks", ())] if t]
         self.reviews += [row["review_id"]] if row["review_id"] else []
         self.runs += [r for r in [detail.get("run_id"), *detail.get("runs", ())] if r]
+
+
+#: The run states each whole-run action takes (any other is a ``workflow_run_state_conflict``).
+RUN_ACTION_STATES: Final[dict[str, tuple[str, ...]]] = {
+    "pause": ("running",), "resume": ("paused",), "terminate": ("running", "paused")}
+#: (run states, step states) each step action takes — what the console offers, and what is enforced here.
+STEP_ACTION_STATES: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    "rerun": (("running", "paused", "succeeded", "failed"), ("running", "succeeded", "failed", "skipped", "cancelled")),
+    "skip": (("running", "paused", "failed"), ("waiting", "failed")),
+    "mark_succeeded": (("running", "paused", "failed"), ("waiting", "running", "failed", "skipped", "cancelled")),
+}
 
 
 def _reset(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,14 +140,14 @@ class RunActions:
 
     async def pause(self, run_id: str, audit: Audit) -> dict[str, Any]:
         def decide(run: Mapping[str, Any], _: Rows, __: RunPlan, ___: _LetGo) -> ActionChanges:
-            _require_run(run, ("running",), "pause")
+            _require_run(run, RUN_ACTION_STATES["pause"], "pause")
             return ActionChanges(run={"state": "paused"})
 
         return await self._act(run_id, None, "pause", audit, decide=decide)
 
     async def resume(self, run_id: str, audit: Audit) -> dict[str, Any]:
         def decide(run: Mapping[str, Any], _: Rows, __: RunPlan, ___: _LetGo) -> ActionChanges:
-            _require_run(run, ("paused",), "resume")
+            _require_run(run, RUN_ACTION_STATES["resume"], "resume")
             return ActionChanges(run={"state": "running"})
 
         return await self._act(run_id, None, "resume", audit, decide=decide)
@@ -145,7 +156,7 @@ class RunActions:
         now = self.runs.clock.now()
 
         def decide(run: Mapping[str, Any], rows: Rows, _: RunPlan, let_go: _LetGo) -> ActionChanges:
-            _require_run(run, ("running", "paused"), "terminate")
+            _require_run(run, RUN_ACTION_STATES["terminate"], "terminate")
             c = ActionChanges(run={"state": "terminated", "finished_at": now, "error": {
                 "code": "run_terminated", "operator": audit.operator, "reason": audit.reason}})
             for sid, row in rows.items():
@@ -160,8 +171,9 @@ class RunActions:
 
     async def rerun(self, run_id: str, step_id: str, audit: Audit) -> dict[str, Any]:
         def decide(run: Mapping[str, Any], rows: Rows, plan: RunPlan, let_go: _LetGo) -> ActionChanges:
-            _require_run(run, ("running", "paused", "succeeded", "failed"), "rerun a step of")
-            _require_step(rows[step_id], ("running", "succeeded", "failed", "skipped", "cancelled"), "rerun")
+            run_states, step_states = STEP_ACTION_STATES["rerun"]
+            _require_run(run, run_states, "rerun a step of")
+            _require_step(rows[step_id], step_states, "rerun")
             c = _reopen(run, rows, plan)
             for sid in (step_id, *dependents(plan, step_id)):  # waiting ones too: a pass that read the old
                 let_go.stop(rows[sid])                           # checkpoint may have started one under its key
@@ -174,8 +186,9 @@ class RunActions:
         now = self.runs.clock.now()
 
         def decide(run: Mapping[str, Any], rows: Rows, plan: RunPlan, _: _LetGo) -> ActionChanges:
-            _require_run(run, ("running", "paused", "failed"), "skip a step of")
-            _require_step(rows[step_id], ("waiting", "failed"), "skip")
+            run_states, step_states = STEP_ACTION_STATES["skip"]
+            _require_run(run, run_states, "skip a step of")
+            _require_step(rows[step_id], step_states, "skip")
             c = _reopen(run, rows, plan, after=step_id)
             c.steps[step_id] = {"state": "skipped", "override": "skipped", "output": None, "finished_at": now,
                                 "error": {"code": "operator_skipped"}}
@@ -187,9 +200,10 @@ class RunActions:
         now = self.runs.clock.now()
 
         def decide(run: Mapping[str, Any], rows: Rows, plan: RunPlan, let_go: _LetGo) -> ActionChanges:
-            _require_run(run, ("running", "paused", "failed"), "mark a step succeeded in")
+            run_states, step_states = STEP_ACTION_STATES["mark_succeeded"]
+            _require_run(run, run_states, "mark a step succeeded in")
             row = rows[step_id]
-            _require_step(row, ("waiting", "running", "failed", "skipped", "cancelled"), "mark succeeded")
+            _require_step(row, step_states, "mark succeeded")
             c = _reopen(run, rows, plan, after=step_id)
             let_go.stop(row)
             for member in plan.inside.get(step_id, ()):  # a loop ends: what its body still runs is stopped
