@@ -55,6 +55,7 @@ from hearth.observability.tracing import start_tracing, stop_tracing
 from hearth.prompts.catalog import PromptCatalog
 from hearth.providers.anthropic import AnthropicProvider
 from hearth.providers.base import Provider
+from hearth.providers.http1_client import Http1Pool
 from hearth.providers.http_client import create_session
 from hearth.providers.openai_compat import OpenAICompatProvider
 from hearth.providers.simulated import SimulatedProvider
@@ -100,7 +101,8 @@ class Runtime:
     engine: AsyncEngine
     vault: KeyVault
     state: StateBackend
-    session: aiohttp.ClientSession
+    session: aiohttp.ClientSession  # everything but model calls: callbacks, webhooks, file_url, MCP, …
+    upstreams: Http1Pool  # model calls (providers/http1_client.py)
     log_writer: RequestLogWriter
     gateway: Gateway
     ledger: BudgetLedger
@@ -225,6 +227,7 @@ class Runtime:
             await self.usage_events.stop()
         await self.ledger.stop()
         await self.session.close()
+        await self.upstreams.aclose()
         await self.state.close()
         if self._claim is not None:
             await self._claim.release()
@@ -321,10 +324,11 @@ async def start_runtime(settings: Settings) -> Runtime:
         await _clear_shared_cooldowns(state, [registry.endpoints[label.split(":", 1)[1]]
                                               for label in report.re_enabled])
     session = create_session()
+    upstreams = Http1Pool()
     providers: dict[str, Provider] = {
-        "openai": OpenAICompatProvider(session, settings.max_sse_event_bytes,
+        "openai": OpenAICompatProvider(upstreams, settings.max_sse_event_bytes,
                                        connect_timeout_s=settings.connect_timeout_s),
-        "anthropic": AnthropicProvider(session, settings.max_sse_event_bytes,
+        "anthropic": AnthropicProvider(upstreams, settings.max_sse_event_bytes,
                                        connect_timeout_s=settings.connect_timeout_s),
         "simulated": SimulatedProvider(),
     }
@@ -363,7 +367,7 @@ async def start_runtime(settings: Settings) -> Runtime:
                  if settings.scheduler_enabled else None)
     documents.session = session
     document_jobs = DocumentJobs(engine, documents, runs, prompts)
-    rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session,
+    rt = Runtime(settings=settings, engine=engine, vault=vault, state=state, session=session, upstreams=upstreams,
                  log_writer=writer, gateway=gateway, ledger=ledger, recovery=recovery, prompts=prompts, tasks=tasks,
                  schedules=schedule_service, reviews=reviews, workflows=definitions, runs=runs, documents=documents,
                  document_jobs=document_jobs, document_tasks=document_tasks,

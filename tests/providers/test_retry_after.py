@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
 from hearth.errors import UpstreamHTTPError
 from hearth.providers.anthropic import AnthropicProvider
+from hearth.providers.http1_client import Http1Pool
 from hearth.providers.openai_compat import OpenAICompatProvider
 from hearth.providers.upstream_http import MAX_RETRY_AFTER_S, parse_retry_after
 from hearth.registry.snapshot import Endpoint
@@ -98,14 +98,17 @@ async def test_providers_read_every_form_from_the_answer(kind: str, date_upstrea
     queued += [{"Retry-After": format_datetime(soon, usegmt=True)}, {"Retry-After": "4"},
                {"Retry-After": "3", "retry-after-ms": "2500"}, {}]
     body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
-    async with aiohttp.ClientSession() as session:
-        provider = OpenAICompatProvider(session) if kind == "openai" else AnthropicProvider(session)
+    pool = Http1Pool()
+    try:
+        provider = OpenAICompatProvider(pool) if kind == "openai" else AnthropicProvider(pool)
         seen: list[float | None] = []
         for _ in range(4):
             with pytest.raises(UpstreamHTTPError) as refused:
                 await provider.chat(_endpoint(base_url, kind), body, 5.0)
             assert refused.value.status == 429
             seen.append(refused.value.retry_after)
+    finally:
+        await pool.aclose()
     assert seen[0] is not None and 18 <= seen[0] <= 20
     assert seen[1:] == [4.0, 2.5, None]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from hearth.errors import HearthError, UpstreamNetworkError
@@ -29,6 +28,7 @@ from hearth.providers.anthropic_format import (
     messages_response_to_chat,
 )
 from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
+from hearth.providers.http1_client import Http1Pool
 from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, exchange_headers, stream_timeouts
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
@@ -91,9 +91,9 @@ class AnthropicStream:
 
 
 class AnthropicProvider:
-    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20, *,
+    def __init__(self, pool: Http1Pool, max_event_bytes: int = 1 << 20, *,
                  connect_timeout_s: float = 3.0) -> None:
-        self._http = UpstreamHTTP(session, connect_timeout_s=connect_timeout_s)
+        self._http = UpstreamHTTP(pool, connect_timeout_s=connect_timeout_s)
         self._max_event_bytes = max_event_bytes
 
     @staticmethod

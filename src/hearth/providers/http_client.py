@@ -1,5 +1,7 @@
-"""The one shared aiohttp session for upstream calls (connection pooling, keep-alive, no limit).
+"""The one shared aiohttp session for outbound HTTP other than model calls (callbacks, webhooks,
+``file_url`` fetches, usage sinks, MCP servers): connection pooling, keep-alive, no limit.
 
+Model calls go through :mod:`hearth.providers.http1_client` instead (the hop every request pays for).
 Concurrency is limited by admission, not by the connection pool, so the pool is unbounded.
 """
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import orjson
 
 from hearth.errors import UpstreamNetworkError, UpstreamOutcomeUnknown
 from hearth.observability.logging import scrub
 from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
+from hearth.providers.http1_client import ConnectFailed, Http1Pool
 from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, exchange_headers, stream_timeouts
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
 
 _DONE = b"[DONE]"
-_NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)  # the connection was never made
+_NEVER_SENT = (ConnectFailed,)  # the connection was never made: nothing reached the upstream
 _ALWAYS_B64_MODELS = ("gpt-image-",)  # OpenAI image models that always answer base64 and refuse `response_format`
 
 
@@ -141,9 +141,9 @@ def _with_output_limit_field(ep: Endpoint, body: dict[str, Any]) -> dict[str, An
 
 
 class OpenAICompatProvider:
-    def __init__(self, session: aiohttp.ClientSession, max_event_bytes: int = 1 << 20, *,
+    def __init__(self, pool: Http1Pool, max_event_bytes: int = 1 << 20, *,
                  connect_timeout_s: float = 3.0) -> None:
-        self._http = UpstreamHTTP(session, connect_timeout_s=connect_timeout_s)
+        self._http = UpstreamHTTP(pool, connect_timeout_s=connect_timeout_s)
         self._max_event_bytes = max_event_bytes
 
     @staticmethod

@@ -30,10 +30,9 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 
-import aiohttp
-
 from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
 from hearth.providers.base import HeaderExchange
+from hearth.providers.http1_client import ConnectFailed, Http1Error, Http1Pool, Http1Response
 from hearth.registry.snapshot import Endpoint
 
 ErrorBody = Callable[[int, bytes], dict[str, Any]]  # (status, raw body) → an OpenAI-shaped error body
@@ -60,7 +59,7 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
 
     ``retry-after-ms`` (OpenAI's, exact) is preferred when present and valid; else ``Retry-After``
     as delta-seconds or an HTTP-date (RFC 9110; a date in the past means 0). ``headers`` is looked
-    up case-insensitively when it is aiohttp's multidict; ``now`` (epoch seconds) is for tests."""
+    up case-insensitively when it is a multidict (as answers' headers are); ``now`` (epoch seconds) is for tests."""
     ms = _number(headers.get("retry-after-ms"))
     if ms is not None:
         return min(ms / 1000, MAX_RETRY_AFTER_S)
@@ -86,7 +85,7 @@ def _number(value: str | None) -> float | None:
 
 
 class _WentIdle(Exception):
-    """Set on the body's reader when the idle timer fires: it wakes the pending read."""
+    """Set on the body when the idle timer fires: it wakes the pending read."""
 
 
 class UpstreamBody:
@@ -100,11 +99,10 @@ class UpstreamBody:
     The idle timer is one ``call_later`` handle per wait (about a microsecond), not an
     ``asyncio.timeout`` context (a dozen microseconds, paid per event on the hot path)."""
 
-    __slots__ = ("_content", "_idle_s", "_idle_s_armed", "_loop", "_resp")
+    __slots__ = ("_idle_s", "_idle_s_armed", "_loop", "_resp")
 
-    def __init__(self, resp: aiohttp.ClientResponse, idle_timeout_s: float) -> None:
+    def __init__(self, resp: Http1Response, idle_timeout_s: float) -> None:
         self._resp = resp
-        self._content = resp.content
         self._idle_s = idle_timeout_s
         self._idle_s_armed: float | None = None
         self._loop = asyncio.get_running_loop()
@@ -112,21 +110,18 @@ class UpstreamBody:
     def arm_idle_timeout(self) -> None:
         self._idle_s_armed = self._idle_s
 
-    def _went_idle(self) -> None:
-        self._content.set_exception(_WentIdle())
-
     async def read(self) -> bytes:
         """The next bytes (everything buffered, or the next arrival); ``b""`` at the end of the body."""
-        content = self._content
+        resp = self._resp
         try:
             if self._idle_s_armed is None:
-                return await content.readany()
-            chunk = content.read_nowait()  # already here: no timer to arm
-            if chunk or content.at_eof():
+                return await resp.readany()
+            chunk = resp.read_nowait()  # already here: no timer to arm
+            if chunk or resp.at_eof():
                 return chunk
-            timer = self._loop.call_later(self._idle_s_armed, self._went_idle)
+            timer = self._loop.call_later(self._idle_s_armed, resp.fail, _WentIdle())
             try:
-                return await content.readany()
+                return await resp.readany()
             finally:
                 timer.cancel()
         except _WentIdle as exc:
@@ -134,8 +129,8 @@ class UpstreamBody:
                                        timeout=True) from exc
         except TimeoutError as exc:
             raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+        except Http1Error as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {exc}") from exc
 
     def close(self) -> None:
         self._resp.close()
@@ -149,49 +144,55 @@ S = TypeVar("S", bound=PrimableStream)
 
 
 class UpstreamHTTP:
-    """POSTs to upstreams over the process's one shared session (see :mod:`.http_client`)."""
+    """POSTs to upstreams over the process's one pool of keep-alive connections (see :mod:`.http1_client`)."""
 
-    def __init__(self, session: aiohttp.ClientSession, *, connect_timeout_s: float = 3.0) -> None:
-        self._session = session
+    def __init__(self, pool: Http1Pool, *, connect_timeout_s: float = 3.0) -> None:
+        self._pool = pool
         self._connect_s = connect_timeout_s
 
-    async def post(self, url: str, payload: bytes, headers: Mapping[str, str], *,
-                   client_timeout: aiohttp.ClientTimeout, error_body: ErrorBody,
-                   answered: Answered | None = None) -> aiohttp.ClientResponse:
-        """The response to a POST once its status is a success (its headers told to ``answered``);
-        the caller reads and releases it."""
+    async def _send(self, url: str, payload: bytes, headers: Mapping[str, str], connect_s: float) -> Http1Response:
         try:
-            resp = await self._session.post(url, data=payload, headers=headers, timeout=client_timeout)
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream connection failed: {type(exc).__name__}") from exc
-        if resp.status >= 400:
-            try:
-                raw = await resp.read()
-            except (TimeoutError, aiohttp.ClientError):
-                raw = b""
-            finally:
-                resp.release()
-            raise UpstreamHTTPError(resp.status, error_body(resp.status, raw), parse_retry_after(resp.headers))
+            return await self._pool.post(url, payload, headers, connect_timeout_s=connect_s)
+        except ConnectFailed as exc:
+            if exc.timeout:
+                raise UpstreamNetworkError("upstream timed out (connect)", timeout=True) from exc
+            raise UpstreamNetworkError(f"upstream connection failed: {exc}") from exc
+
+    @staticmethod
+    async def _answer(resp: Http1Response, error_body: ErrorBody, answered: Answered | None) -> None:
+        """Wait for ``resp``'s status: an error status raises (its body read, the response closed);
+        a success tells its headers to ``answered``."""
+        try:
+            await resp.wait_headers()
+            if resp.status >= 400:
+                try:
+                    raw = await resp.read()
+                except (TimeoutError, Http1Error):
+                    raw = b""
+                raise UpstreamHTTPError(resp.status, error_body(resp.status, raw), parse_retry_after(resp.headers))
+        except BaseException:
+            resp.close()
+            raise
         if answered is not None:
             answered(resp.headers)
-        return resp
 
     async def call(self, url: str, payload: bytes, headers: Mapping[str, str], *, timeout_s: float,
                    error_body: ErrorBody, answered: Answered | None = None) -> bytes:
         """A non-stream exchange: the whole answer's body within ``timeout_s`` (connect within its own class)."""
-        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(self._connect_s, timeout_s))
-        resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body,
-                               answered=answered)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        resp = await self._send(url, payload, headers, min(self._connect_s, timeout_s))
+        timer = loop.call_at(deadline, resp.fail, TimeoutError())
         try:
+            await self._answer(resp, error_body, answered)
             return await resp.read()
         except TimeoutError as exc:
             raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream read failed: {type(exc).__name__}") from exc
+        except Http1Error as exc:
+            raise UpstreamNetworkError(f"upstream read failed: {exc}") from exc
         finally:
-            resp.release()
+            timer.cancel()
+            resp.close()
 
     async def open_stream(self, url: str, payload: bytes, headers: Mapping[str, str], *,
                           first_event_timeout_s: float, idle_timeout_s: float, error_body: ErrorBody,
@@ -200,13 +201,12 @@ class UpstreamHTTP:
 
         Until the first event the idle timeout plays no part (an upstream slow to its first token is
         not idle); it is armed once the stream is primed. On any failure the response is closed."""
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(self._connect_s, first_event_timeout_s))
         try:
             async with asyncio.timeout(first_event_timeout_s):
-                resp = await self.post(url, payload, headers, client_timeout=timeout, error_body=error_body,
-                                       answered=answered)
+                resp = await self._send(url, payload, headers, min(self._connect_s, first_event_timeout_s))
                 body = UpstreamBody(resp, idle_timeout_s)
                 try:
+                    await self._answer(resp, error_body, answered)
                     opened = stream(body)
                     await opened.prime()
                 except BaseException:
@@ -214,8 +214,8 @@ class UpstreamHTTP:
                     raise
         except TimeoutError as exc:
             raise UpstreamNetworkError("upstream timed out before the first event", timeout=True) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamNetworkError(f"upstream stream failed: {type(exc).__name__}") from exc
+        except Http1Error as exc:
+            raise UpstreamNetworkError(f"upstream stream failed: {exc}") from exc
         body.arm_idle_timeout()
         return opened
 
