@@ -276,6 +276,16 @@ async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent(raw
     assert raw.requests == []
 
 
+async def test_a_forwarded_user_agent_replaces_hearths_own(raw, pool):
+    await raw.start(lambda r, w: _keep_answering(raw, r, w))
+    for headers in ({}, {"user-agent": "billing-service/2.1"}):
+        resp = await pool.post(raw.url(), b"{}", headers, connect_timeout_s=2)
+        await resp.read()
+    first, second = (r.lower() for r in raw.requests)
+    assert first.count(b"user-agent:") == 1 and b"user-agent: hearth" in first
+    assert second.count(b"user-agent:") == 1 and b"user-agent: billing-service/2.1" in second
+
+
 def test_a_url_that_is_not_http_is_refused():
     pool = Http1Pool()
     with pytest.raises(ValueError, match="not an http"):

@@ -280,11 +280,14 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         response = self._response = Http1Response(self)
         lines = [method, target.request_prefix, b"Content-Length: ", str(len(body)).encode(), b"\r\n"]
+        agent = False
         for name, value in headers.items():
             if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
                 raise ValueError(f"header {name!r} has a line break")
+            if len(name) == 10 and name.lower() == "user-agent":
+                agent = True
             lines.append(f"{name}: {value}\r\n".encode("latin-1"))
-        if "User-Agent" not in headers:
+        if not agent:
             lines += (b"User-Agent: ", _USER_AGENT, b"\r\n")
         lines += (b"Accept-Encoding: ", _ACCEPT_ENCODING, b"\r\n\r\n", body)
         self.transport.write(b"".join(lines))
