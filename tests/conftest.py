@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import ssl
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -311,3 +313,26 @@ async def http(tls_context: ssl.SSLContext) -> AsyncIterator[Any]:
     async with httpx.AsyncClient(timeout=30, verify=tls_context,
                                  limits=httpx.Limits(max_connections=500, max_keepalive_connections=500)) as client:
         yield client
+
+
+@pytest.fixture
+def never_accepting() -> Iterator[int]:
+    """A port whose listen backlog is full: the kernel answers no further SYN, so a connect just waits."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(4):  # fill the accept queue (never accepted); later connects hang in SYN-SENT
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fillers.append(c)
+    time.sleep(0.05)  # let the handshakes of the fillers complete (no window or cooldown is awaited)
+    yield port
+    for c in fillers:
+        c.close()
+    server.close()

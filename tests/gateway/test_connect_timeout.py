@@ -3,36 +3,9 @@ endpoint's whole timeout."""
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from tests.support import AUTH, chat_body, gateway_registry
-
-
-@pytest.fixture
-def never_accepting() -> Iterator[int]:
-    """A port whose listen backlog is full: the kernel answers no further SYN, so a connect just waits."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(0)
-    port = server.getsockname()[1]
-    fillers = []
-    for _ in range(4):  # fill the accept queue (never accepted); later connects hang in SYN-SENT
-        c = socket.socket()
-        c.setblocking(False)
-        try:
-            c.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fillers.append(c)
-    time.sleep(0.05)  # let the handshakes of the fillers complete (no window or cooldown is awaited)
-    yield port
-    for c in fillers:
-        c.close()
-    server.close()
 
 
 async def test_a_host_that_never_accepts_fails_over_within_the_connect_timeout(

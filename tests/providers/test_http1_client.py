@@ -7,7 +7,7 @@ import gzip
 import socket
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -239,28 +239,6 @@ async def test_a_refused_connection_is_connect_failed_and_not_a_timeout(pool):
     with pytest.raises(ConnectFailed) as failed:
         await pool.post(f"http://127.0.0.1:{port}/v1", b"{}", {}, connect_timeout_s=2)
     assert failed.value.timeout is False
-
-
-@pytest.fixture
-def never_accepting() -> Iterator[int]:
-    """A port whose listen backlog is full: the kernel answers no further SYN, so a connect just waits."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(0)
-    port = server.getsockname()[1]
-    fillers = []
-    for _ in range(4):
-        c = socket.socket()
-        c.setblocking(False)
-        try:
-            c.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
-        fillers.append(c)
-    yield port
-    for c in fillers:
-        c.close()
-    server.close()
 
 
 async def test_a_host_that_never_accepts_is_a_connect_timeout(never_accepting, pool):
