@@ -19,6 +19,7 @@ Hearth's warning for such a request.
 from __future__ import annotations
 
 import asyncio
+from itertools import chain
 from typing import Any, Final
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -71,7 +72,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_boundary = True
         self._head_bytes = 0
         # A head that arrived whole in one read is measured here, from what the parser collected.
-        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        headers = self.headers
+        size = len(self.url) + sum(map(len, chain.from_iterable(headers))) + 4 * len(headers)
         if size > self.max_head_bytes:
             self._refuse_head()
             raise _HeadTooLarge  # stops the parser; uvicorn then calls send_400_response, a no-op now
