@@ -471,7 +471,8 @@ async def _round_trip_check(case: dict[str, Any], counting_redis: tuple[str, str
 
 
 async def test_stopping_the_ledger_during_a_commit_loses_no_row(tmp_path: Path):
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/ledger.db")
+    """Through SQLAlchemy (a URL with options takes the general way, not the one-hop writer of a plain file)."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/ledger.db?timeout=30")
     await migrate(engine)
     committing = asyncio.Event()
     try:
@@ -492,5 +493,26 @@ async def test_stopping_the_ledger_during_a_commit_loses_no_row(tmp_path: Path):
             written = sorted((r.kind, r.amount) for r in (await conn.execute(select(budget_ledger))).all())
         assert written == [("reserve", 100), ("reserve", 200), ("settle", 100), ("settle", 200)]
         assert ledger.backlog == 0
+    finally:
+        await engine.dispose()
+
+
+async def test_stopping_the_ledger_during_a_one_hop_settlement_batch_loses_no_row(tmp_path: Path):
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}/ledger.db")  # a plain file: the one-hop writer
+    await migrate(engine)
+    try:
+        ledger = BudgetLedger(engine, MemoryState(), flush_s=30)
+        first = await ledger.reserve("c1", (Charge("daily", "daily|c|c|total", 100),), deadline=time.monotonic() + 30)
+        second = await ledger.reserve("c2", (Charge("daily", "daily|c|c|total", 200),), deadline=time.monotonic() + 30)
+        first.settle((100,), epoch="")
+        flushing = asyncio.create_task(ledger.flush())
+        await asyncio.sleep(0)  # the batch (the first settlement) is on its way to the writer thread
+        second.settle((200,), epoch="")  # a call settled meanwhile
+        await asyncio.wait_for(ledger.stop(), 40)  # what a graceful shutdown does
+        await flushing
+        async with engine.connect() as conn:
+            written = sorted((r.kind, r.amount) for r in (await conn.execute(select(budget_ledger))).all())
+        assert written == [("reserve", 100), ("reserve", 200), ("settle", 100), ("settle", 200)]
+        assert ledger.backlog == 0 and ledger.stats()["settlement_batches_one_hop"] >= 1
     finally:
         await engine.dispose()

@@ -74,6 +74,7 @@ async def write(engine: Any, records: list[Any], batch: int = 500) -> RequestLog
     for r in records:
         writer.submit(r)
     assert await writer.flush() is True
+    await writer.stop()  # closes the one-hop writer's connection and thread
     return writer
 
 
@@ -93,6 +94,15 @@ async def test_the_writer_adds_rollups_that_agree_with_the_raw_rows(engine):
                                                               int(T0.timestamp()) // 3600 * 3600 + 3600}
     assert {k[0] for k in await rollups(engine, "day")} == {int(T0.timestamp()) // 86400 * 86400,
                                                              int(T0.timestamp()) // 86400 * 86400 + 86400}
+
+
+async def test_on_a_sqlite_file_a_batch_and_its_rollups_are_one_hop_and_the_same_rows(engine):
+    """The one-hop path (a SQLite file) writes what the general path writes: the test above checks the values on
+    both databases; this one that SQLite really took the one-hop path, and PostgreSQL the general one."""
+    writer = await write(engine, traffic()[:25], batch=7)
+    expected = 4 if engine.dialect.name == "sqlite" else 0  # 25 rows in batches of 7
+    assert writer.one_hop_batches == expected and writer.stats()["written"] == 25
+    assert sum(v[0] for v in (await rollups(engine, "day")).values()) == 25
 
 
 async def test_a_row_the_database_refuses_is_in_neither_the_logs_nor_the_rollups(engine):

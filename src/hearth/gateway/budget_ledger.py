@@ -53,7 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.state.base import Epoch, StateBackend, StateUnavailable
-from hearth.store.batch_insert import insert_isolating
+from hearth.store.batch_insert import OneHop, insert_isolating
 from hearth.store.db import stop_writer_task, write_lane
 from hearth.store.direct_sqlite import CommitUncertain, DirectSqliteWriter
 from hearth.store.rows_insert import insert_rows
@@ -177,6 +177,7 @@ class BudgetLedger:
         self._epoch_read: tuple[float, asyncio.Task[Epoch | None]] | None = None  # (started at, read)
         self._conn: AsyncConnection | None = None
         self._direct = DirectSqliteWriter.for_engine(engine)  # SQLite: reservations commit in one thread hop
+        self._settle_hop = OneHop(self._direct) if self._direct is not None else None  # and settlement batches
         self._flush_s = flush_s
         self._batch = batch
         self.max_backlog = max_backlog
@@ -423,7 +424,7 @@ class BudgetLedger:
                 n = min(len(self._rows), self._batch)
                 batch = [self._rows[i] for i in range(n)]
                 outcome = await insert_isolating(self._engine, budget_ledger, [row for row, _ in batch],
-                                                 writer="budget_ledger", row_key="call_id")
+                                                 writer="budget_ledger", row_key="call_id", one_hop=self._settle_hop)
                 retry = {id(row) for row in outcome.retry}
                 for _ in range(n):
                     self._rows.popleft()
@@ -472,13 +473,13 @@ class BudgetLedger:
             with contextlib.suppress(Exception):
                 await self._commit_task
         await self._drop_connection()
-        if self._direct is not None:
-            await self._direct.close()
         if self._task is not None:
             self._stop.set()
             await stop_writer_task(self._task)
             self._task = None
         await self.flush()
+        if self._direct is not None:  # after the last settlements, which may use it too
+            await self._direct.close()
 
     def stats(self) -> dict[str, Any]:
         return {"written": self.written, "pending": len(self._rows), "dead": self.dead,
@@ -486,6 +487,7 @@ class BudgetLedger:
                 "reservation_commits": self.reservation_commits, "reservation_rows": self.reservation_rows,
                 "reservations_failed": self.reservations_failed,
                 "reservations_late": self.reservations_late,
+                "settlement_batches_one_hop": self._settle_hop.batches if self._settle_hop is not None else 0,
                 "reservations_superseded": self.superseded, "database_ok": self.database_ok,
                 "last_error": self.last_error}
 

@@ -31,8 +31,8 @@ from sqlalchemy import BigInteger, Float, Integer, String, bindparam, case, func
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
-from hearth.observability.request_rollups import add_to_rollups, prune_rollups
-from hearth.store.batch_insert import insert_isolating
+from hearth.observability.request_rollups import add_to_rollups, prune_rollups, rollup_statements
+from hearth.store.batch_insert import OneHop, insert_isolating
 from hearth.store.db import stop_writer_task
 from hearth.store.tables import request_logs
 
@@ -207,6 +207,8 @@ def _row(record: RequestLogRecord) -> dict[str, Any]:
 class RequestLogWriter:
     def __init__(self, engine: AsyncEngine, max_queue: int = 20_000, batch: int = 500, flush_s: float = 0.5) -> None:
         self._engine = engine
+        # SQLite file: a batch and its rollups in one hop to a writer thread (store.batch_insert.OneHop).
+        self._one_hop = OneHop.for_engine(engine, also=rollup_statements)
         self._queue: deque[RequestLogRecord] = deque()
         self._max_queue = max_queue
         self._batch = batch
@@ -268,7 +270,7 @@ class RequestLogWriter:
                 batch = [queue.popleft() for _ in range(min(len(queue), self._batch))]
                 rows = [_row(record) for record in batch]
                 outcome = await insert_isolating(self._engine, request_logs, rows, writer="request_log",
-                                                 row_key="request_id", also=add_to_rollups)
+                                                 row_key="request_id", also=add_to_rollups, one_hop=self._one_hop)
                 self.written += outcome.written
                 self.dead += outcome.dead
                 self.lost += outcome.lost
@@ -310,6 +312,13 @@ class RequestLogWriter:
             self._task = None
         if not await self.flush():
             log.error("request_log_rows_not_written", rows=len(self._queue), error=self.last_error)
+        if self._one_hop is not None:
+            await self._one_hop.close()
+
+    @property
+    def one_hop_batches(self) -> int:
+        """Batches written in one hop to a writer thread (a SQLite file; see ``OneHop``)."""
+        return self._one_hop.batches if self._one_hop is not None else 0
 
     def stats(self) -> dict[str, int | str | None]:
         return {"written": self.written, "dropped": self.dropped, "dead": self.dead, "lost": self.lost,

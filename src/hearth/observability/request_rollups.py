@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from sqlalchemy import Table, delete, select, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.store.db import write_transaction
@@ -142,6 +143,31 @@ async def add_to_rollups(conn: AsyncConnection, rows: Sequence[Mapping[str, Any]
     minutes = accumulate({}, rows, 60)
     for width_s, table in GRAINS.values():
         await conn.execute(_adding_upsert(table, conn.dialect.name), _values(coarsen(minutes, width_s)))
+
+
+_driver_plans: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+
+
+def rollup_statements(dialect: Dialect, rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
+    """What :func:`add_to_rollups` runs, as ``(sql, parameter rows)`` for a caller that drives the database
+    itself (:class:`~hearth.store.direct_sqlite.DirectSqliteWriter`): the same upserts, the same values."""
+    if not rows:
+        return []
+    plans = _driver_plans.get(dialect.name)
+    if plans is None:
+        plans = []
+        for _width, table in GRAINS.values():
+            compiled = _adding_upsert(table, dialect.name).compile(dialect=dialect, column_keys=list(_COLUMNS))
+            order = tuple(compiled.positiontup or ())
+            if set(order) != set(_COLUMNS):
+                raise ValueError(f"the rollup upsert of {table.name} does not bind each column once")
+            plans.append((str(compiled), order))
+        _driver_plans[dialect.name] = plans
+    minutes = accumulate({}, rows, 60)
+    out = []
+    for (width_s, _table), (sql, order) in zip(GRAINS.values(), plans, strict=True):
+        out.append((sql, [tuple(values[k] for k in order) for values in _values(coarsen(minutes, width_s))]))
+    return out
 
 
 async def prune_rollups(engine: AsyncEngine, now_s: float, *, minute_keep_s: float, hour_keep_s: float) -> int:

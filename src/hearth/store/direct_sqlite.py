@@ -45,25 +45,35 @@ class DirectSqliteWriter:
         self._executor: ThreadPoolExecutor | None = None  # started by the first transaction, ended by close()
 
     @classmethod
-    def for_engine(cls, engine: AsyncEngine) -> DirectSqliteWriter | None:
+    def for_engine(cls, engine: AsyncEngine, *, busy_timeout_s: float = 30.0) -> DirectSqliteWriter | None:
         """A writer on ``engine``'s database file, or None when it is not a plain SQLite file (PostgreSQL,
         an in-memory database, a URI with options): its callers then write through the engine."""
         url = engine.url
         if engine.dialect.name != "sqlite" or url.query or not url.database or url.database == ":memory:" \
                 or url.database.startswith("file:"):
             return None
-        return cls(engine, url.database)
+        return cls(engine, url.database, busy_timeout_s=busy_timeout_s)
 
     async def insert(self, table: Table, rows: Sequence[dict[str, Any]]) -> None:
         """Insert ``rows`` (each with a value for every column but an autoincrement key) in one
         transaction. Raises the driver's error if it was not committed, :class:`CommitUncertain` if it
         may have been."""
-        if not rows:
+        if rows:
+            await self.run([driver_statement(table, self._dialect, rows)])
+
+    async def run(self, statements: Sequence[tuple[str, list[Any]]]) -> None:
+        """Run each ``(sql, parameter rows)`` as an ``executemany``, all in one transaction and one thread hop
+        (the request log's rows and their rollups, say). Raises like :meth:`insert`."""
+        if not statements:
             return
-        sql, params = driver_statement(table, self._dialect, rows)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-sqlite-writer")
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._transaction, sql, params)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._transaction, statements)
+
+    @property
+    def dialect(self) -> Any:
+        """The engine's dialect (what :func:`hearth.store.rows_insert.driver_statement` compiles for)."""
+        return self._dialect
 
     async def close(self) -> None:
         """Close the connection and end the thread, after a transaction in progress (a later
@@ -85,12 +95,13 @@ class DirectSqliteWriter:
         self._conn = conn
         return conn
 
-    def _transaction(self, sql: str, params: list[Any]) -> None:
+    def _transaction(self, statements: Sequence[tuple[str, list[Any]]]) -> None:
         conn = self._conn or self._open()
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.executemany(sql, params)
+                for sql, params in statements:
+                    conn.executemany(sql, params)
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
