@@ -72,7 +72,8 @@ def _unavailable(what: str, exc: BaseException) -> NoReturn:
 
 def redis_available() -> None:
     try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+        with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1) as client:  # closed: no socket left over
+            client.ping()
     except Exception as exc:
         _unavailable("Redis at " + REDIS_URL, exc)
 
@@ -241,10 +242,10 @@ def redis_prefix() -> Iterator[str]:
     redis_available()
     prefix = f"hearth-test:{uuid.uuid4().hex[:10]}:"
     yield prefix
-    client = redis.Redis.from_url(REDIS_URL)
-    keys = list(client.scan_iter(match=prefix + "*", count=1000))
-    if keys:
-        client.delete(*keys)
+    with redis.Redis.from_url(REDIS_URL) as client:
+        keys = list(client.scan_iter(match=prefix + "*", count=1000))
+        if keys:
+            client.delete(*keys)
 
 
 def _running_fake() -> Iterator[FakeUpstream]:

@@ -301,7 +301,7 @@ async def test_a_nonce_used_on_one_server_is_refused_on_another_sharing_redis(fa
     assert r.status_code == 200, r.text
     assert fake.stats.requests == 2
     # the nonce is kept in Redis at least as long as a timestamp can stay inside the window
-    nonce_keys = [k for k in redis.Redis.from_url(REDIS_URL).scan_iter(match=redis_prefix + "*")
-                  if headers["X-Nonce"].encode() in k]
-    assert len(nonce_keys) == 1, nonce_keys
-    assert redis.Redis.from_url(REDIS_URL).pttl(nonce_keys[0]) >= window_s * 1000
+    with redis.Redis.from_url(REDIS_URL) as client:
+        nonce_keys = [k for k in client.scan_iter(match=redis_prefix + "*") if headers["X-Nonce"].encode() in k]
+        assert len(nonce_keys) == 1, nonce_keys
+        assert client.pttl(nonce_keys[0]) >= window_s * 1000

@@ -64,7 +64,8 @@ async def test_a_late_commit_after_a_rebuild_that_missed_it_is_refused_and_refun
     try:
         before = state.epoch
         assert before is not None
-        redis.Redis.from_url(REDIS_URL).delete(Keys(redis_prefix).epoch)  # lost, and rebuilt...
+        with redis.Redis.from_url(REDIS_URL) as r:
+            r.delete(Keys(redis_prefix).epoch)  # lost, and rebuilt...
         await recovery.ensure()
         assert state.epoch is not None and state.epoch != before
         with pytest.raises(ReservationSuperseded):  # ...before this reservation (admitted under the
@@ -126,7 +127,8 @@ async def test_a_rebuild_counts_a_reservation_committed_just_after_the_loss(
         first = state.epoch
         assert first is not None
         key = daily_key()
-        redis.Redis.from_url(REDIS_URL).delete(Keys(redis_prefix).epoch)  # the backend lost its data
+        with redis.Redis.from_url(REDIS_URL) as r:
+            r.delete(Keys(redis_prefix).epoch)  # the backend lost its data
         # A call admitted just before the loss commits its reservation just after it, while the
         # first process to notice the loss is already rebuilding.
         started = time.monotonic()

@@ -149,7 +149,8 @@ async def test_binary_values_round_trip_byte_for_byte(client: RespClient, redis_
     value = bytes(range(256)) + b"\r\n$3\r\n*1\r\n"
     assert await client.execute("SET", redis_prefix + "bin", value) == b"OK"
     assert await client.execute("GET", redis_prefix + "bin") == value
-    assert redis.Redis.from_url(REDIS_URL).get(redis_prefix + "bin") == value
+    with redis.Redis.from_url(REDIS_URL) as other:
+        assert other.get(redis_prefix + "bin") == value
 
 
 # --------------------------------------------------------------------------- Address.parse
@@ -351,7 +352,7 @@ async def test_cancelled_callers_do_not_shift_replies(client: RespClient, redis_
     blocker.cancel()
     for i in cancelled:
         getters[i].cancel()
-    redis.Redis.from_url(REDIS_URL).lpush(redis_prefix + "gate", "opened")  # the BLPOP reply nobody wants now
+    observer.lpush(redis_prefix + "gate", "opened")  # the BLPOP reply nobody wants now
     async with asyncio.timeout(3):
         await asyncio.wait([blocker, *getters])
     assert blocker.cancelled()
@@ -362,6 +363,7 @@ async def test_cancelled_callers_do_not_shift_replies(client: RespClient, redis_
             assert task.result() == f"v{i}".encode()
     assert await client.execute("GET", f"{redis_prefix}g:4") == b"v4"
     assert await client.execute("LLEN", redis_prefix + "gate") == 0  # the BLPOP did pop it
+    observer.close()
 
 
 # --------------------------------------------------------------------------- password and database
