@@ -19,8 +19,10 @@ serve: $(STAMP)
 	$(BIN)/hearth migrate
 	$(BIN)/hearth serve
 
-# pytest in two parts: all but the `serial` tests on three workers (xdist; most tests wait on sockets,
-# databases and child processes, so a third worker on two cores measured 139 s instead of 182 s), then those alone:
+# pytest in two parts: all but the `serial` tests on four workers (xdist; most tests wait on sockets,
+# databases and child processes, so a third worker on two cores measured 139 s instead of 182 s, and a fourth
+# 229 s instead of 291 s on tests/gateway + tests/workflows with coverage; a fifth was slower again, 286 s),
+# then those alone:
 # tests/e2e/ (real processes; load tests whose timing a second worker would distort), which is where every
 # serial test lives (tests/test_test_hygiene.py), so the second run collects only that directory. Coverage of
 # src/hearth is collected across both and reported at the end (the test processes only: the e2e
@@ -29,7 +31,7 @@ serve: $(STAMP)
 # +40 % over no coverage), which the 6-minute budget of `make test` cannot spare; for it, run
 # `make test PYTEST_COV="--cov=hearth --cov-branch"`.
 PYTEST_COV ?= --cov=hearth
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy

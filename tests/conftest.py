@@ -52,7 +52,7 @@ E2E = Path(__file__).resolve().parent / "e2e"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e/ is ``serial``: real Hearth processes and private redis-servers whose
     checks (answers within seconds during a fault) should not share the CPU with a parallel worker.
-    ``make test`` runs ``-m "not serial"`` on two workers, then ``-m serial`` alone."""
+    ``make test`` runs ``-m "not serial"`` on four workers, then ``-m serial`` alone."""
     for item in items:
         if E2E in item.path.parents:
             item.add_marker(pytest.mark.serial)
