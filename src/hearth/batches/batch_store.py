@@ -82,7 +82,12 @@ class BatchStore:
         if len(batch_id) > 40:
             return None
         async with self.engine.connect() as conn:
-            row = (await conn.execute(select(_t).where(_t.c.id == batch_id))).mappings().first()
+            return await self.get_in(conn, batch_id)
+
+    @staticmethod
+    async def get_in(conn: AsyncConnection, batch_id: str) -> Batch | None:
+        """The batch as ``conn`` sees it (inside a transaction: as that transaction wrote it)."""
+        row = (await conn.execute(select(_t).where(_t.c.id == batch_id))).mappings().first()
         return Batch(row) if row is not None else None
 
     async def page(self, caller: str, *, after: str | None, limit: int) -> tuple[list[Batch], bool] | None:

@@ -119,11 +119,15 @@ class BatchService:
                 row["task_id"] = task["id"]
             await self.store.insert(conn, row)
             await self.store.insert_items(conn, batch_id, refused_items, now)
+            # The answer is the batch as created (`validating`, as OpenAI answers): read after the commit, a worker
+            # woken by the task's notification may already show it `in_progress`.
+            created = await self.store.get_in(conn, batch_id)
+        assert created is not None
         if task is not None:
             self.tasks.wakeups.poke(task["queue"])
         log.info("batch_created", batch_id=batch_id, caller=req.caller, status=row["status"], lines=row["total"],
                  refused=len(refused_items), problems=parsed.problem_count)
-        return await self.get(batch_id, req.caller)
+        return created
 
     async def get(self, batch_id: str, caller: str) -> Batch:
         """The caller's batch; one still running whose task already ended is ended first (:meth:`_orphaned`)."""
