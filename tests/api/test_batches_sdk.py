@@ -295,3 +295,11 @@ async def test_a_caller_that_must_sign_signs_the_upload_as_sent_and_the_batch_cr
     created = await http.post(server.base_url + "/v1/batches", content=create, headers={
         **AUTH, "Content-Type": "application/json", **signed_headers(SIGNING_KEY, "POST", "/v1/batches", create)})
     assert created.status_code == 200 and created.json()["request_counts"]["total"] == 1, created.text
+
+    async def ended() -> Any:  # the batch runs to its end before the server stops (a clean stop, not a race)
+        path = f"/v1/batches/{created.json()['id']}"
+        r = await http.get(server.base_url + path, headers={**AUTH, **signed_headers(SIGNING_KEY, "GET", path, b"")})
+        assert r.status_code == 200, r.text
+        return r.json() if r.json()["status"] in TERMINAL else None
+
+    assert (await until(ended, within=30, every=0.05, what="the batch ended"))["status"] == "completed"
