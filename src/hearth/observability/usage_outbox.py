@@ -80,7 +80,8 @@ class UsageOutboxWriter(QueuedRows):
                 continue
             self.events += 1
             rows += ({"event_id": event_id, "sink": sink, "payload": payload, "state": "pending", "attempts": 0,
-                      "next_at": now, "created_at": now} for sink in self.sinks)
+                      "next_at": now, "lease_until": None, "last_error": None, "created_at": now,
+                      "delivered_at": None} for sink in self.sinks)  # every column: a batch can go in one hop
         self.put(rows)
 
     def stats(self) -> dict[str, int | str | None]:

@@ -20,7 +20,7 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
-from hearth.store.batch_insert import insert_isolating
+from hearth.store.batch_insert import OneHop, insert_isolating
 from hearth.store.db import stop_writer_task
 
 log = get_logger("hearth.queued_rows")
@@ -42,6 +42,7 @@ class QueuedRows:
         self._max_rows = max_rows
         self._batch = batch
         self._flush_s = flush_s
+        self._one_hop = OneHop.for_engine(engine)  # a SQLite file: each batch in one hop (keeps the write lane short)
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -91,7 +92,7 @@ class QueuedRows:
             while queue:
                 rows = [queue.popleft() for _ in range(min(len(queue), self._batch))]
                 outcome = await insert_isolating(self._engine, self._table, rows, writer=self.name,
-                                                 row_key=self._row_key)
+                                                 row_key=self._row_key, one_hop=self._one_hop)
                 self.written += outcome.written
                 self.dead += outcome.dead
                 self.lost += outcome.lost
@@ -113,7 +114,10 @@ class QueuedRows:
             self._task = None
         if not await self.flush():
             log.error("queued_rows_not_written", writer=self.name, rows=len(self._queue), error=self.last_error)
+        if self._one_hop is not None:
+            await self._one_hop.close()
 
     def stats(self) -> dict[str, int | str | None]:
         return {"written": self.written, "dropped": self.dropped, "dead": self.dead, "lost": self.lost,
-                "pending": len(self._queue), "failed_batches": self.failed_batches, "last_error": self.last_error}
+                "pending": len(self._queue), "failed_batches": self.failed_batches, "last_error": self.last_error,
+                "one_hop_batches": self._one_hop.batches if self._one_hop is not None else 0}
