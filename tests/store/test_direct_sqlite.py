@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -12,8 +13,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hearth.store.db import create_engine
+from hearth.store.db import create_engine, write_lane, write_lane_free
 from hearth.store.direct_sqlite import DirectSqliteWriter
+from hearth.store.rows_insert import driver_statement
 from hearth.store.tables import budget_ledger
 
 
@@ -102,3 +104,86 @@ def test_only_plain_sqlite_files_get_a_direct_writer(tmp_path: Path) -> None:
     }
     got = {name: DirectSqliteWriter.for_engine(e) is not None for name, e in engines.items()}
     assert got == {"file": True, "memory": False, "postgres": False}
+
+
+# ---- try_now: the transaction on the event loop's thread, only when the write lock is free at once --------
+
+def _statement(writer: DirectSqliteWriter, rows: list[dict[str, Any]]) -> list[tuple[str, list[Any]]]:
+    return [driver_statement(budget_ledger, writer.dialect, rows)]
+
+
+async def test_try_now_commits_on_the_calling_thread(direct: tuple[AsyncEngine, DirectSqliteWriter]) -> None:
+    engine, writer = direct
+    assert writer.try_now(_statement(writer, _rows(2))) is True
+    assert writer._executor is None  # no thread was started for it
+    assert [r["call_id"] for r in await _read(engine)] == ["group-0", "group-1"]
+    assert (writer.now_transactions, writer.now_busy) == (1, 0)
+
+
+async def test_try_now_writes_nothing_and_says_so_while_another_connection_holds_the_lock(
+        direct: tuple[AsyncEngine, DirectSqliteWriter], sqlite_url: str) -> None:
+    engine, writer = direct
+    other = sqlite3.connect(sqlite_url.split("///", 1)[1], isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        assert writer.try_now(_statement(writer, _rows(1))) is False  # at once: no busy wait on the loop
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert writer.now_busy == 1
+    assert await _read(engine) == []
+    assert writer.try_now(_statement(writer, _rows(1))) is True  # the same connection works once the lock is free
+
+
+async def test_try_now_rolls_back_a_refused_batch(direct: tuple[AsyncEngine, DirectSqliteWriter]) -> None:
+    engine, writer = direct
+    bad = _rows(3)
+    bad[2]["amount"] = None
+    with pytest.raises(sqlite3.IntegrityError):
+        writer.try_now(_statement(writer, bad))
+    assert await _read(engine) == []
+    assert writer.try_now(_statement(writer, _rows(1, start=7))) is True
+    assert [r["call_id"] for r in await _read(engine)] == ["group-7"]
+
+
+def _wal_size(path: Path) -> int:
+    return os.path.getsize(f"{path}-wal")
+
+
+async def _wal_bytes_after_writes(path: Path, batches: int) -> int:
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    writer = DirectSqliteWriter.for_engine(engine)
+    assert writer is not None
+    try:
+        for i in range(batches):
+            assert writer.try_now(_statement(writer, _rows(400, start=400 * i)))
+            if writer._checkpointing is not None:
+                await writer._checkpointing
+        return _wal_size(path)
+    finally:
+        await writer.close()
+        await engine.dispose()
+
+
+async def test_rows_written_on_the_loop_are_checkpointed_on_the_writer_thread(
+        tmp_path: Path, migrated_templates: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's connection never checkpoints (an fsync on the event loop); after enough rows the writer's
+    thread does, so the WAL is reused from its start instead of growing with every row ever written."""
+    migrated_templates.sqlite_copy(tmp_path / "checkpointed.db")
+    migrated_templates.sqlite_copy(tmp_path / "never.db")
+    checkpointed = await _wal_bytes_after_writes(tmp_path / "checkpointed.db", 12)
+    monkeypatch.setattr("hearth.store.direct_sqlite._CHECKPOINT_ROWS", 10**9)
+    never = await _wal_bytes_after_writes(tmp_path / "never.db", 12)
+    assert checkpointed < never / 2
+
+
+async def test_the_write_lane_is_free_only_when_no_transaction_of_this_process_holds_it(sqlite_url: str) -> None:
+    engine = create_engine(sqlite_url)
+    try:
+        assert write_lane_free(engine)
+        async with write_lane(engine):
+            assert not write_lane_free(engine)
+        assert write_lane_free(engine)
+    finally:
+        await engine.dispose()
+    assert write_lane_free(create_engine("postgresql+asyncpg://u@127.0.0.1:5432/x"))

@@ -91,6 +91,16 @@ def write_lane(engine: AsyncEngine) -> contextlib.AbstractAsyncContextManager[ob
     return lane[1]
 
 
+def write_lane_free(engine: AsyncEngine) -> bool:
+    """Whether no write transaction of this process holds (or waits for) the write lane right now: a
+    transaction that runs to its end without yielding to the event loop may then skip the lane (no
+    other transaction of this process is open to meet it inside SQLite). Always True on PostgreSQL."""
+    if engine.dialect.name != "sqlite":
+        return True
+    lane = _write_lanes.get(engine.sync_engine)
+    return lane is None or lane[0] is not asyncio.get_running_loop() or not lane[1].locked()
+
+
 @contextlib.asynccontextmanager
 async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """``engine.begin()`` in this process's write lane (see the module docstring)."""

@@ -29,6 +29,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.store.rows_insert import driver_statement
 
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, 261, 517})  # and BUSY_RECOVERY, BUSY_SNAPSHOT
+_CHECKPOINT_ROWS = 2_000  # rows written by try_now between checkpoints (a request-log row and its index
+# entries are a few pages at most, so this is about SQLite's own 1,000-page automatic checkpoint)
+
+
+def _connect(path: str, *, busy_timeout_s: float) -> sqlite3.Connection:
+    """A connection with :func:`hearth.store.db.create_engine`'s pragmas."""
+    conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
 
 class CommitUncertain(Exception):
     """``COMMIT`` itself failed: the transaction may or may not be durable."""
@@ -43,6 +61,11 @@ class DirectSqliteWriter:
         self._busy_timeout_s = busy_timeout_s
         self._conn: sqlite3.Connection | None = None  # touched only on the executor's thread
         self._executor: ThreadPoolExecutor | None = None  # started by the first transaction, ended by close()
+        self._now_conn: sqlite3.Connection | None = None  # touched only on the event loop's thread (try_now)
+        self._rows_at_checkpoint = 0  # try_now's connection's total_changes when it last asked for a checkpoint
+        self._checkpointing: asyncio.Future[None] | None = None
+        self.now_transactions = 0  # committed by try_now, on the caller's thread
+        self.now_busy = 0  # try_now found the write lock taken and wrote nothing
 
     @classmethod
     def for_engine(cls, engine: AsyncEngine, *, busy_timeout_s: float = 30.0) -> DirectSqliteWriter | None:
@@ -70,6 +93,48 @@ class DirectSqliteWriter:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-sqlite-writer")
         await asyncio.get_running_loop().run_in_executor(self._executor, self._transaction, statements)
 
+    def try_now(self, statements: Sequence[tuple[str, list[Any]]]) -> bool:
+        """Run the transaction right here, on the calling thread, if SQLite's write lock is free at once:
+        True once committed; False if another connection holds the lock (nothing was written; use
+        :meth:`run` in the write lane). Raises like :meth:`insert`.
+
+        Why on the event loop's thread: a small transaction (a reservation group, a batch of a few
+        hundred rows) costs the loop less than handing it to a thread. Under load the loop always holds
+        the GIL, so the writer thread waits for it at every step of the transaction, and the transaction
+        (with the SQLite lock and the process's write lane) lasts many times its own work; every call
+        waiting on a reservation waits for that. Never waits for a lock (``busy_timeout`` 0) and never
+        checkpoints here (the WAL is checkpointed on the writer's thread, see :meth:`_maybe_checkpoint`),
+        so it never blocks the loop on another connection or on an ``fsync``."""
+        if not statements:
+            return True
+        try:
+            conn = self._now_conn or self._open_now()
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode in _BUSY:
+                self.now_busy += 1
+                return False
+            self._close_now()
+            raise
+        except sqlite3.Error:
+            self._close_now()
+            raise
+        try:
+            for sql, params in statements:
+                conn.executemany(sql, params)
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._close_now()
+            raise CommitUncertain(type(exc).__name__) from exc
+        self.now_transactions += 1
+        self._maybe_checkpoint(conn.total_changes)
+        return True
+
     @property
     def dialect(self) -> Any:
         """The engine's dialect (what :func:`hearth.store.rows_insert.driver_statement` compiles for)."""
@@ -78,22 +143,61 @@ class DirectSqliteWriter:
     async def close(self) -> None:
         """Close the connection and end the thread, after a transaction in progress (a later
         :meth:`insert` starts afresh)."""
+        self._close_now()
         executor, self._executor = self._executor, None
         if executor is None:
             return
         await asyncio.get_running_loop().run_in_executor(executor, self._close)
         executor.shutdown(wait=False)
 
+    # ---- on the event loop's thread (try_now) -------------------------------------------------------
+    def _open_now(self) -> sqlite3.Connection:
+        conn = _connect(self._path, busy_timeout_s=0.0)
+        try:
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+        except sqlite3.Error:
+            conn.close()
+            raise
+        self._now_conn = conn
+        self._rows_at_checkpoint = 0
+        return conn
+
+    def _close_now(self) -> None:
+        conn, self._now_conn = self._now_conn, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def _maybe_checkpoint(self, total_changes: int) -> None:
+        """Ask the writer's thread for a passive checkpoint about every :data:`_CHECKPOINT_ROWS` rows written
+        here: what SQLite's automatic checkpoint would do inside the committing connection, with its
+        writes and ``fsync``, but off the event loop. A passive checkpoint takes no lock writers wait for."""
+        if total_changes - self._rows_at_checkpoint < _CHECKPOINT_ROWS or self._checkpointing is not None:
+            return
+        self._rows_at_checkpoint = total_changes
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-sqlite-writer")
+        done = asyncio.get_running_loop().run_in_executor(self._executor, self._checkpoint)
+        self._checkpointing = done
+        done.add_done_callback(self._checkpointed)
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpointing = None
+        if not done.cancelled():
+            done.exception()  # a failed checkpoint is retried by the next one; the rows are in the WAL
+
     # ---- on the writer's thread ---------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, timeout=self._busy_timeout_s, isolation_level=None,
-                               check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
-        self._conn = conn
-        return conn
+        self._conn = _connect(self._path, busy_timeout_s=self._busy_timeout_s)
+        return self._conn
+
+    def _checkpoint(self) -> None:
+        conn = self._conn or self._open()
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            self._close()
+            raise
 
     def _transaction(self, statements: Sequence[tuple[str, list[Any]]]) -> None:
         conn = self._conn or self._open()
