@@ -65,6 +65,7 @@ FOUNDATION: tuple[str, ...] = (
     "hearth.errors",
     "hearth.ids",
     "hearth.settings",
+    "hearth.yaml_documents",  # YAML with libyaml where PyYAML has it (configuration, pipeline definitions)
     "hearth.observability.logging",
 )
 

@@ -15,6 +15,8 @@ import yaml
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from hearth.yaml_documents import load_yaml
+
 
 class Settings(BaseSettings):
     # ``forbid``: a misspelt key in the file's ``server:`` section is refused at start, never ignored
@@ -348,7 +350,7 @@ def load_settings(**overrides: Any) -> Settings:
 def read_config_file(path: Path) -> dict[str, Any]:
     """Parse the YAML config; a missing or malformed file is a startup error with the path in it."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SystemExit(f"config file not found: {path}") from exc
     except yaml.YAMLError as exc:

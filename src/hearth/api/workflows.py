@@ -25,6 +25,7 @@ from hearth.errors import HearthError
 from hearth.registry.names import RegistryName
 from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.definitions import NAME_PATTERN
+from hearth.yaml_documents import load_yaml
 
 router = APIRouter(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
@@ -44,7 +45,7 @@ async def _definition_body(request: Request) -> dict[str, Any]:
     if "yaml" not in request.headers.get("content-type", ""):
         return parse_json_object(raw)
     try:
-        body = yaml.safe_load(raw)
+        body = load_yaml(raw)
     except yaml.YAMLError as exc:
         raise HearthError("invalid_json", f"The request body is not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(body, dict) or json_too_deep(body):

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.clock import SYSTEM_CLOCK, Clock
@@ -31,6 +30,7 @@ from hearth.errors import HearthError
 from hearth.ids import new_id
 from hearth.prompts.catalog import PromptCatalog
 from hearth.workflows.runs import RunService
+from hearth.yaml_documents import load_yaml
 
 PIPELINE = "document-pipeline"
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
@@ -44,7 +44,7 @@ TERMINAL_STATES = ("completed", "failed")
 
 def pipeline_definition() -> dict[str, Any]:
     """The shipped pipeline definition (registered at start)."""
-    loaded: dict[str, Any] = yaml.safe_load(PIPELINE_FILE.read_text(encoding="utf-8"))
+    loaded: dict[str, Any] = load_yaml(PIPELINE_FILE.read_text(encoding="utf-8"))
     return loaded
 
 

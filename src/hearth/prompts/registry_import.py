@@ -32,6 +32,7 @@ from hearth.errors import HearthError
 from hearth.prompts.rendering import check_templates
 from hearth.prompts.spec import CODE_PATTERN, PromptCreate, Status, VariableSpec, VersionPatch, check_locale
 from hearth.prompts.store import change_version, create_version, get_prompt, latest_hashes, list_versions
+from hearth.yaml_documents import load_yaml
 
 Action = Literal["create", "new_version", "update", "skip"]
 OPERATOR = "import"
@@ -163,7 +164,7 @@ def _read_document(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise RegistryError([f"cannot read the registry file: {exc.strerror}"]) from None
     try:
-        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if suffix == ".json" else load_yaml(text)
     except json.JSONDecodeError as exc:
         raise RegistryError([f"not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from None
     except yaml.YAMLError as exc:

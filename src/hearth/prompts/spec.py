@@ -10,6 +10,7 @@ an import recognises an unchanged version and a changed one becomes a new versio
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -130,9 +131,12 @@ class PromptVersionSpec(_Strict):
     def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
             try:
-                Draft202012Validator.check_schema(value)
-            except SchemaError as exc:
-                raise ValueError(f"output_schema is not a valid JSON Schema: {exc.message}") from None
+                canonical = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            except orjson.JSONEncodeError:
+                raise ValueError("output_schema must be plain JSON (string keys, JSON values)") from None
+            problem = _schema_problem(canonical)
+            if problem is not None:
+                raise ValueError(f"output_schema is not a valid JSON Schema: {problem}")
         return value
 
     @model_validator(mode="after")
@@ -284,3 +288,15 @@ def role_from_row(row: Mapping[str, Any]) -> Role:
     return Role(code=row["code"], display_name=row["display_name"], default_locale=row["default_locale"],
                 persona=row["persona"], prompt_code=row["prompt_code"], model=row["model"], scene=row["scene"],
                 enabled=bool(row["enabled"]))
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_problem(canonical: bytes) -> str | None:
+    """Why a JSON Schema (as canonical JSON) is not valid, or None. Cached: checking a schema against the
+    meta-schema costs milliseconds, and every start loads the same shipped prompts again (the document
+    pipeline's extraction prompt, say)."""
+    try:
+        Draft202012Validator.check_schema(orjson.loads(canonical))
+    except SchemaError as exc:
+        return str(exc.message)
+    return None
