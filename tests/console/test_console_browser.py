@@ -21,6 +21,9 @@ from hearth.testing.fake_upstream import FakeBehavior
 from tests.support import ADMIN, AUTH, chat_body, request_log_row
 from tests.tasks.api_helpers import TASKS, finished
 
+# the shared browser lives on the session's event loop (tests/console/conftest.py)
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
 TEXT = "Hearth runs long AI jobs. They survive crashes. Results are kept."
 
 

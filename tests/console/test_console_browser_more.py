@@ -16,6 +16,9 @@ import pytest
 
 from tests.support import ADMIN
 
+# the shared browser lives on the session's event loop (tests/console/conftest.py)
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
 GATED = {"name": "gated", "steps": [
     {"id": "prepare", "kind": "task", "task_type": "test.echo", "input": {"plan": "${ $.input.plan }"}},
     {"id": "gate", "kind": "approval", "timeout_s": 3600, "needs": ["prepare"], "input": {"plan": "p"}},

@@ -11,11 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from hearth.console import session as sessions
 from hearth.console.passwords import hash_password
 from hearth.testing.fake_upstream import FakeBehavior, reply_text
 from tests.console.console_client import page_token, sign_in
+
+# the shared browser lives on the session's event loop (tests/console/conftest.py)
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 VIEWER_PASSWORD = "viewer-password-1"
 BUSY = "The generation channel is full; please try again later. This question was not submitted twice."
@@ -66,7 +70,7 @@ def server(fake: Any, hearth_server: Any) -> Any:
         {"name": "vera", "role": "viewer", "password_hash": hash_password(VIEWER_PASSWORD)}])
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def playground(page: Any) -> Any:
     await page.click("header nav a[href='/console/playground']")
     await page.wait_for_selector("[data-playground]")
