@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -50,6 +50,27 @@ def _connect(path: str, *, busy_timeout_s: float) -> sqlite3.Connection:
 
 class CommitUncertain(Exception):
     """``COMMIT`` itself failed: the transaction may or may not be durable."""
+
+
+def _execute_and_commit(conn: sqlite3.Connection, statements: Sequence[tuple[str, list[Any]]],
+                        drop: Callable[[], None]) -> None:
+    """After ``BEGIN IMMEDIATE``: each ``(sql, parameter rows)`` as an ``executemany``, then ``COMMIT``. A statement
+    the driver refuses rolls everything back and raises its error; a failed ``COMMIT`` raises
+    :class:`CommitUncertain`. After either, ``drop`` closes the connection: the next transaction starts afresh."""
+    try:
+        for sql, params in statements:
+            conn.executemany(sql, params)
+    except BaseException as exc:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            drop()
+        raise
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        drop()
+        raise CommitUncertain(type(exc).__name__) from exc
 
 
 class DirectSqliteWriter:
@@ -119,18 +140,7 @@ class DirectSqliteWriter:
         except sqlite3.Error:
             self._close_now()
             raise
-        try:
-            for sql, params in statements:
-                conn.executemany(sql, params)
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._close_now()
-            raise CommitUncertain(type(exc).__name__) from exc
+        _execute_and_commit(conn, statements, self._close_now)
         self.now_transactions += 1
         self._maybe_checkpoint(conn.total_changes)
         return True
@@ -203,21 +213,10 @@ class DirectSqliteWriter:
         conn = self._conn or self._open()
         try:
             conn.execute("BEGIN IMMEDIATE")
-            try:
-                for sql, params in statements:
-                    conn.executemany(sql, params)
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
         except sqlite3.Error:
             self._close()  # the next transaction starts on a fresh connection
             raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._close()
-            raise CommitUncertain(type(exc).__name__) from exc
+        _execute_and_commit(conn, statements, self._close)
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None
