@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.store.db import create_engine, write_lane, write_lane_free
-from hearth.store.direct_sqlite import DirectSqliteWriter
+from hearth.store.direct_sqlite import DirectSqliteWriter, _execute_and_commit
 from hearth.store.rows_insert import driver_statement
 from hearth.store.tables import budget_ledger
 
@@ -187,3 +187,26 @@ async def test_the_write_lane_is_free_only_when_no_transaction_of_this_process_h
     finally:
         await engine.dispose()
     assert write_lane_free(create_engine("postgresql+asyncpg://u@127.0.0.1:5432/x"))
+
+
+def test_a_busy_commit_on_a_connection_that_never_waits_writes_nothing(tmp_path: Path) -> None:
+    """SQLite keeps a transaction open when COMMIT finds the file busy; the never-waiting path rolls it back and
+    reports "nothing written" (its caller then writes through the write lane). Shown in rollback-journal mode,
+    where a reader's shared lock is what makes COMMIT busy."""
+    path = str(tmp_path / "journal.db")
+    writer = sqlite3.connect(path, isolation_level=None, timeout=0)
+    reader = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        writer.execute("CREATE TABLE t (v INTEGER)")
+        writer.execute("BEGIN IMMEDIATE")
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM t").fetchone() == (0,)  # holds a shared lock
+        dropped: list[bool] = []
+        committed = _execute_and_commit(writer, [("INSERT INTO t (v) VALUES (?)", [(1,), (2,)])],
+                                        lambda: dropped.append(True), give_up_when_busy=True)
+        reader.execute("COMMIT")
+        assert (committed, dropped, writer.in_transaction) == (False, [], False)
+        assert writer.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    finally:
+        writer.close()
+        reader.close()

@@ -53,24 +53,40 @@ class CommitUncertain(Exception):
 
 
 def _execute_and_commit(conn: sqlite3.Connection, statements: Sequence[tuple[str, list[Any]]],
-                        drop: Callable[[], None]) -> None:
-    """After ``BEGIN IMMEDIATE``: each ``(sql, parameter rows)`` as an ``executemany``, then ``COMMIT``. A statement
-    the driver refuses rolls everything back and raises its error; a failed ``COMMIT`` raises
-    :class:`CommitUncertain`. After either, ``drop`` closes the connection: the next transaction starts afresh."""
+                        drop: Callable[[], None], *, give_up_when_busy: bool = False) -> bool:
+    """After ``BEGIN IMMEDIATE``: each ``(sql, parameter rows)`` as an ``executemany``, then ``COMMIT``; True once
+    committed. A statement the driver refuses rolls everything back and raises its error; a failed ``COMMIT``
+    raises :class:`CommitUncertain`. After either, ``drop`` closes the connection: the next transaction starts
+    afresh. ``give_up_when_busy`` (a connection that never waits for a lock): SQLite answering "busy" instead
+    rolls back and returns False, nothing written (SQLite keeps a transaction open after a busy ``COMMIT``)."""
     try:
         for sql, params in statements:
             conn.executemany(sql, params)
     except BaseException as exc:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
+        _rollback(conn)
+        if give_up_when_busy and _is_busy(exc):
+            return False
         if isinstance(exc, sqlite3.Error):
             drop()
         raise
     try:
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
+        if give_up_when_busy and _is_busy(exc):
+            _rollback(conn)
+            return False
         drop()
         raise CommitUncertain(type(exc).__name__) from exc
+    return True
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("ROLLBACK")
+
+
+def _is_busy(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode in _BUSY
 
 
 class DirectSqliteWriter:
@@ -131,16 +147,15 @@ class DirectSqliteWriter:
         try:
             conn = self._now_conn or self._open_now()
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode in _BUSY:
+        except sqlite3.Error as exc:
+            if _is_busy(exc):
                 self.now_busy += 1
                 return False
             self._close_now()
             raise
-        except sqlite3.Error:
-            self._close_now()
-            raise
-        _execute_and_commit(conn, statements, self._close_now)
+        if not _execute_and_commit(conn, statements, self._close_now, give_up_when_busy=True):
+            self.now_busy += 1
+            return False
         self.now_transactions += 1
         self._maybe_checkpoint(conn.total_changes)
         return True
