@@ -19,13 +19,12 @@ serve: $(STAMP)
 	$(BIN)/hearth migrate
 	$(BIN)/hearth serve
 
-# pytest in two parts: all but the `e2e` tests on four workers (xdist; most tests wait on sockets,
+# pytest in two parts: all but the `serial` tests on four workers (xdist; most tests wait on sockets,
 # databases and child processes, so a third worker on two cores measured 139 s instead of 182 s, and a fourth
 # 229 s instead of 291 s on tests/gateway + tests/workflows with coverage; a fifth was slower again, 286 s),
-# then the `e2e` tests on two workers of their own: tests/e2e/ (real processes, faults, load), which is where
-# every e2e test lives (tests/test_test_hygiene.py), so the second run collects only that directory. They ran
-# one at a time until 2026-12-03; a test of them uses about one core (waiting on its processes' faults), so
-# two at a time measured 188 s instead of 280-303 s, each check still well inside its bound. Coverage of
+# then those alone:
+# tests/e2e/ (real processes; load tests whose timing a second worker would distort), which is where every
+# serial test lives (tests/test_test_hygiene.py), so the second run collects only that directory. Coverage of
 # src/hearth is collected across both and reported at the end (the test processes only: the e2e
 # tests' Hearth processes are not measured).
 # Line coverage: branch coverage costs about a tenth more of the suite's time (tests/gateway: +54 % against
@@ -40,8 +39,8 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not e2e" $(PYTEST_COV) --cov-report=
-	$(BIN)/pytest -q -n 2 -m e2e tests/e2e $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_COV) --cov-report=
+	$(BIN)/pytest -q -m serial tests/e2e $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -50,12 +50,12 @@ E2E = Path(__file__).resolve().parent / "e2e"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/e2e/ is ``e2e``: real Hearth processes and private redis-servers whose
-    checks (answers within seconds during a fault) should not share the CPU with four parallel workers.
-    ``make test`` runs ``-m "not e2e"`` on four workers, then ``-m e2e`` on two."""
+    """Everything under tests/e2e/ is ``serial``: real Hearth processes and private redis-servers whose
+    checks (answers within seconds during a fault) should not share the CPU with a parallel worker.
+    ``make test`` runs ``-m "not serial"`` on four workers, then ``-m serial`` alone."""
     for item in items:
         if E2E in item.path.parents:
-            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.serial)
 
 
 # Tests configure Hearth explicitly; settings from the developer's shell (or `make`) must not leak in.

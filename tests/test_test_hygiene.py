@@ -77,15 +77,15 @@ def test_the_check_sees_each_form_of_import() -> None:
     assert not _is_test_module("tests.support") and not _is_test_module("tests.e2e.processes")
 
 
-def test_e2e_tests_live_in_tests_e2e_only() -> None:
-    """`make test` runs the ``e2e`` tests by collecting tests/e2e/ alone (collecting the whole suite
-    for 23 tests cost ~10 s): a test marked e2e anywhere else would run in neither part."""
-    marker = "pytest.mark" + ".e2e"  # spelled apart so that this file does not match itself
+def test_serial_tests_live_in_tests_e2e_only() -> None:
+    """`make test` runs the ``serial`` tests by collecting tests/e2e/ alone (collecting the whole suite
+    for 23 tests cost ~10 s): a test marked serial anywhere else would run in neither part."""
+    marker = "pytest.mark" + ".serial"  # spelled apart so that this file does not match itself
     marked = [str(path.relative_to(ROOT)) for path in sorted(TESTS.rglob("test_*.py"))
               if marker in path.read_text(encoding="utf-8") and "e2e" not in path.relative_to(TESTS).parts]
     assert marked == []
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    assert '-m "not e2e"' in makefile and "-m e2e tests/e2e" in makefile
+    assert '-m "not serial"' in makefile and "-m serial tests/e2e" in makefile
 
 
 def test_pytest_runs_strict() -> None:
