@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from collections.abc import AsyncIterator
@@ -210,3 +211,21 @@ def test_a_busy_commit_on_a_connection_that_never_waits_writes_nothing(tmp_path:
     finally:
         writer.close()
         reader.close()
+
+
+async def test_run_commits_on_the_loop_when_it_can_and_in_the_write_lane_when_a_transaction_holds_it(
+        direct: tuple[AsyncEngine, DirectSqliteWriter]) -> None:
+    engine, writer = direct
+    await writer.run(_statement(writer, _rows(2)))
+    assert (writer.now_transactions, writer._executor) == (1, None)  # small, lane free: no thread at all
+    lane = write_lane(engine)
+    await lane.__aenter__()  # another transaction of this process holds the lane
+    pending = asyncio.ensure_future(writer.run(_statement(writer, _rows(1, start=2))))
+    await asyncio.sleep(0.05)
+    assert not pending.done()  # it waits for the lane instead of meeting that transaction inside SQLite
+    await lane.__aexit__(None, None, None)
+    await pending
+    assert writer.now_transactions == 1 and writer._executor is not None  # written on the writer's thread
+    await writer.run(_statement(writer, _rows(501, start=3)))  # too large for the loop
+    assert writer.now_transactions == 1
+    assert len(await _read(engine)) == 504

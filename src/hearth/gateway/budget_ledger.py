@@ -54,9 +54,9 @@ from hearth.ids import new_id
 from hearth.observability.logging import get_logger
 from hearth.state.base import Epoch, StateBackend, StateUnavailable
 from hearth.store.batch_insert import OneHop, insert_isolating
-from hearth.store.db import stop_writer_task, write_lane, write_lane_free
+from hearth.store.db import stop_writer_task, write_lane
 from hearth.store.direct_sqlite import CommitUncertain, DirectSqliteWriter
-from hearth.store.rows_insert import driver_statement, insert_rows
+from hearth.store.rows_insert import insert_rows
 from hearth.store.tables import budget_ledger
 
 log = get_logger("hearth.budget_ledger")
@@ -351,12 +351,9 @@ class BudgetLedger:
 
     async def _commit_direct(self, writer: DirectSqliteWriter, rows: list[dict[str, Any]], groups: list[_Group],
                              waiting: list[_Waiting]) -> None:
-        """The reservation commit on SQLite: one thread hop (see :mod:`hearth.store.direct_sqlite`)."""
+        """The reservation commit on SQLite, on the loop or in one thread hop (:mod:`hearth.store.direct_sqlite`)."""
         try:
-            if not write_lane_free(self._engine) or not writer.try_now(
-                    [driver_statement(budget_ledger, writer.dialect, rows)]):
-                async with write_lane(self._engine):
-                    await writer.insert(budget_ledger, rows)
+            await writer.insert(budget_ledger, rows)
         except Exception as exc:
             self._commit_failed(groups, waiting, exc, uncertain=isinstance(exc, CommitUncertain))
             return

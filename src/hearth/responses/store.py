@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.observability.logging import get_logger
 from hearth.responses.objects import response_age_s
-from hearth.store.db import write_lane, write_transaction
+from hearth.store.db import write_transaction
 from hearth.store.direct_sqlite import DirectSqliteWriter
 from hearth.store.tables import responses
 
@@ -149,9 +149,8 @@ async def save_response(engine: AsyncEngine, *, caller: str, response: dict[str,
            "response": response, "conversation": conversation, "created_at": at, "expires_at": at + retention_s}
     purge = at - _last_purge.get(engine.sync_engine, 0.0) >= PURGE_INTERVAL_S
     direct = None if purge else _direct_writer(engine)
-    if direct is not None:  # SQLite: the insert's transaction in one thread hop
-        async with write_lane(engine):
-            await direct.insert(responses, [row])
+    if direct is not None:  # SQLite: the insert's transaction in one step (hearth.store.direct_sqlite)
+        await direct.insert(responses, [row])
         return
     async with write_transaction(engine) as conn:
         if purge:

@@ -50,7 +50,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.observability.logging import get_logger, scrub
-from hearth.store.db import write_lane, write_lane_free, write_transaction
+from hearth.store.db import write_transaction
 from hearth.store.direct_sqlite import CommitUncertain, DirectSqliteWriter
 from hearth.store.rows_insert import driver_statement, insert_rows
 from hearth.store.tables import dead_rows
@@ -165,10 +165,6 @@ async def insert_isolating(engine: AsyncEngine, table: Table, rows: Sequence[dic
 AlsoStatements = Callable[[Dialect, Sequence[dict[str, Any]]], list[tuple[str, list[Any]]]]
 
 
-_IN_LOOP_ROWS = 500  # a batch up to this size is written on the event loop's thread when the lock is free
-# (DirectSqliteWriter.try_now): a few milliseconds at most, less than the hops it saves; larger ones go to the thread
-
-
 class OneHop:
     """A batch writer's fast way on a SQLite file: the batch (and its ``also`` statements) in one transaction and
     one hop to a :class:`~hearth.store.direct_sqlite.DirectSqliteWriter`'s thread, in the process's write lane.
@@ -204,9 +200,7 @@ class OneHop:
         except (ValueError, TypeError, KeyError):
             return None  # a row it cannot bind: the general way finds it (this way stays usable)
         try:
-            if len(rows) > _IN_LOOP_ROWS or not write_lane_free(engine) or not self.direct.try_now(statements):
-                async with write_lane(engine):
-                    await self.direct.run(statements)
+            await self.direct.run(statements)
         except CommitUncertain as exc:  # as the general way does: hand the rows back (a retry may repeat them)
             return InsertOutcome(retry=list(rows), error=f"CommitUncertain: {exc}")
         except Exception:  # rolled back, nothing written: the general way tries again and tells why

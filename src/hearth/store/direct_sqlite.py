@@ -1,4 +1,4 @@
-"""A SQLite write connection that runs a whole transaction in one thread hop.
+"""A SQLite writer that runs a whole transaction in one step: on the event loop when it can, else in one thread hop.
 
 Through SQLAlchemy and aiosqlite, one small write transaction crosses from the event loop to the
 driver's thread and back about four times (cursor, execute, close, commit), and each crossing waits
@@ -8,11 +8,14 @@ latency every budgeted call pays: measured 0.43 ms per commit against 0.10 ms fo
 ``BEGIN IMMEDIATE`` / ``executemany`` / ``COMMIT`` run in one hop on a dedicated thread
 (``bench/ledger_commit_bench.py``).
 
-:class:`DirectSqliteWriter` is that one hop: its own ``sqlite3`` connection (the same pragmas as
-:func:`hearth.store.db.create_engine`'s), used from one dedicated thread only. Statements and
-parameters come from :func:`hearth.store.rows_insert.driver_statement`, so the SQL and the stored
-values are exactly what SQLAlchemy would write. Callers still hold the process's write lane
-(:func:`hearth.store.db.write_lane`), so this connection and the engine's never meet inside SQLite.
+:class:`DirectSqliteWriter` is that one step, with ``sqlite3`` connections of its own (the same pragmas as
+:func:`hearth.store.db.create_engine`'s). :meth:`DirectSqliteWriter.run` commits a small transaction right on
+the event loop when no transaction of this process holds the write lane and SQLite's lock is free at once
+(:meth:`~DirectSqliteWriter.try_now`); otherwise it takes the process's write lane
+(:func:`hearth.store.db.write_lane`) and hops to its dedicated thread, so its connections and the engine's
+never meet inside SQLite. Statements and parameters come from
+:func:`hearth.store.rows_insert.driver_statement`, so the SQL and the stored values are exactly what
+SQLAlchemy would write.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from typing import Any
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hearth.store.db import write_lane, write_lane_free
 from hearth.store.rows_insert import driver_statement
 
+_IN_LOOP_ROWS = 500  # a transaction of up to this many rows may run on the event loop (try_now): a few ms at most,
+# less than the hops it saves; a larger one goes to the thread
 _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, 261, 517})  # and BUSY_RECOVERY, BUSY_SNAPSHOT
 _CHECKPOINT_ROWS = 2_000  # rows written by try_now between checkpoints (a request-log row and its index
 # entries are a few pages at most, so this is about SQLite's own 1,000-page automatic checkpoint)
@@ -93,6 +99,7 @@ class DirectSqliteWriter:
     """Insert batches into a SQLite file, one transaction per thread hop (see the module docstring)."""
 
     def __init__(self, engine: AsyncEngine, path: str, *, busy_timeout_s: float = 30.0) -> None:
+        self._engine = engine
         self._dialect = engine.dialect
         self._path = path
         self._busy_timeout_s = busy_timeout_s
@@ -122,18 +129,26 @@ class DirectSqliteWriter:
             await self.run([driver_statement(table, self._dialect, rows)])
 
     async def run(self, statements: Sequence[tuple[str, list[Any]]]) -> None:
-        """Run each ``(sql, parameter rows)`` as an ``executemany``, all in one transaction and one thread hop
-        (the request log's rows and their rollups, say). Raises like :meth:`insert`."""
+        """Run each ``(sql, parameter rows)`` as an ``executemany``, all in one transaction (the request log's
+        rows and their rollups, say): on the event loop when it is small and nothing waits for the write
+        lane or holds SQLite's lock, else in the write lane on the writer's thread. Raises like :meth:`insert`."""
         if not statements:
             return
+        if sum(len(params) for _, params in statements) <= _IN_LOOP_ROWS and write_lane_free(self._engine) \
+                and self.try_now(statements):
+            return
+        async with write_lane(self._engine):
+            await asyncio.get_running_loop().run_in_executor(self._thread(), self._transaction, statements)
+
+    def _thread(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-sqlite-writer")
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._transaction, statements)
+        return self._executor
 
     def try_now(self, statements: Sequence[tuple[str, list[Any]]]) -> bool:
         """Run the transaction right here, on the calling thread, if SQLite's write lock is free at once:
-        True once committed; False if another connection holds the lock (nothing was written; use
-        :meth:`run` in the write lane). Raises like :meth:`insert`.
+        True once committed; False if another connection holds the lock (nothing was written). Raises like
+        :meth:`insert`. The caller makes sure no transaction of this process is open (:meth:`run` does).
 
         Why on the event loop's thread: a small transaction (a reservation group, a batch of a few
         hundred rows) costs the loop less than handing it to a thread. Under load the loop always holds
@@ -200,9 +215,7 @@ class DirectSqliteWriter:
         if total_changes - self._rows_at_checkpoint < _CHECKPOINT_ROWS or self._checkpointing is not None:
             return
         self._rows_at_checkpoint = total_changes
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-sqlite-writer")
-        done = asyncio.get_running_loop().run_in_executor(self._executor, self._checkpoint)
+        done = asyncio.get_running_loop().run_in_executor(self._thread(), self._checkpoint)
         self._checkpointing = done
         done.add_done_callback(self._checkpointed)
 
