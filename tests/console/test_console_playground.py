@@ -74,6 +74,8 @@ def server(fake: Any, hearth_server: Any) -> Any:
 async def playground(page: Any) -> Any:
     await page.click("header nav a[href='/console/playground']")
     await page.wait_for_selector("[data-playground]")
+    # the element is parsed before the script at the page's end has run: wait for what the script defines
+    await page.wait_for_function("() => window.HearthSSE !== undefined && window.hearthPlayground !== undefined")
     return page
 
 
