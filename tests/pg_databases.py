@@ -39,7 +39,7 @@ def pg_url_for(name: str) -> str:
     return f"{base}/{name}"
 
 
-def _pg_dsn_for(name: str) -> str:
+def pg_dsn_for(name: str) -> str:
     return PG_ADMIN_DSN.rsplit("/", 1)[0] + "/" + name
 
 
@@ -140,7 +140,7 @@ class PgTemplate:
                 await migrate(engine)
             finally:
                 await engine.dispose()
-            conn = await asyncpg.connect(_pg_dsn_for(name), timeout=3)
+            conn = await asyncpg.connect(pg_dsn_for(name), timeout=3)
             try:
                 versions = [r[0] for r in await conn.fetch("SELECT version_num FROM alembic_version")]
                 seeded = [t for t in [r[0] for r in await conn.fetch(_PG_DATA_TABLES)]
@@ -258,7 +258,7 @@ class PgDatabasePool:
             await admin.execute(f'ALTER DATABASE "{old}" RENAME TO "{new}"')
         finally:
             await admin.close()
-        conn = await asyncpg.connect(_pg_dsn_for(new), timeout=3)
+        conn = await asyncpg.connect(pg_dsn_for(new), timeout=3)
         try:
             await conn.execute(self._reset_sql, timeout=20)
         finally:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    true,
 )
 
 metadata = MetaData()
@@ -185,7 +186,8 @@ prompt_versions = Table(
     Column("output_schema", JSON, nullable=True),
     Column("params", JSON, nullable=False),  # generation parameters: temperature, max_tokens, ...
     Column("quality_gate", JSON, nullable=True),
-    Column("canary_share", Float, nullable=False, default=0.0),  # of a non-active version: share of traffic
+    Column("canary_share", Float, nullable=False, default=0.0,
+           server_default="0"),  # of a non-active version: share of traffic
     Column("content_hash", String(64), nullable=False),  # sha256 of the runtime fields: import skips equal ones
     Column("created_by", String(128), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
@@ -218,7 +220,7 @@ roles = Table(
     Column("prompt_code", String(128), nullable=True),
     Column("model", String(128), nullable=True),
     Column("scene", String(128), nullable=True),
-    Column("enabled", Boolean, nullable=False, default=True),
+    Column("enabled", Boolean, nullable=False, default=True, server_default=true()),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
@@ -363,6 +365,7 @@ tasks = Table(
     Column("updated_at", Float, nullable=False),
     Column("trace_parent", String(64), nullable=True),  # W3C traceparent of the submitting span (tracing on)
     UniqueConstraint("caller", "idempotency_key", name="uq_tasks_caller_idempotency"),
+    postgresql_with={"fillfactor": 85},  # room in each page for a heartbeat's HOT version (0020)
 )
 _QUEUED = tasks.c.state == "queued"
 _PENDING = tasks.c.state.in_(("queued", "waiting"))
@@ -680,11 +683,12 @@ alerts = Table(
     Column("dedup_key", String(300), nullable=False),  # kind:subject (hashed when long)
     Column("window_start", Float, nullable=False),  # this alert's first occurrence
     Column("window_end", Float, nullable=False),  # repeats before this are counted in `suppressed`, not sent
-    Column("suppressed", Integer, nullable=False, default=0),  # repeats within this window
-    Column("previous_suppressed", Integer, nullable=False, default=0),  # the previous window's, reported here
+    Column("suppressed", Integer, nullable=False, default=0, server_default="0"),  # repeats within this window
+    Column("previous_suppressed", Integer, nullable=False, default=0,
+           server_default="0"),  # the previous window's, reported here
     Column("last_seen_at", Float, nullable=False),
     Column("state", String(16), nullable=False),  # pending | delivering | delivered | gave_up
-    Column("attempts", Integer, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=0, server_default="0"),
     Column("next_at", Float, nullable=False),
     Column("lease_until", Float, nullable=True),
     Column("last_status", Integer, nullable=True),
