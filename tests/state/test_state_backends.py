@@ -663,9 +663,11 @@ async def test_redis_unreachable_raises_state_unavailable_quickly_and_never_gran
 
 
 async def test_redis_that_accepts_but_never_answers_raises_state_unavailable_within_3s() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
     async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
         await reader.read()  # read until the client gives up, never answer
-        writer.close()
 
     server = await asyncio.start_server(swallow, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -678,6 +680,9 @@ async def test_redis_that_accepts_but_never_answers_raises_state_unavailable_wit
     finally:
         await state.close()
         server.close()
+        for writer in accepted:  # closing the server does not close the connections it accepted
+            writer.close()
+            await writer.wait_closed()
         await server.wait_closed()
 
 
