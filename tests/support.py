@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from hearth.state.memory import MemoryState
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_clock import FakeClock
+from hearth.testing.server_thread import free_port
 from hearth.wire.tokens import prompt_upper_bound
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -310,3 +312,44 @@ def request_log_record(i: int, **over: Any) -> RequestLogRecord:
         attempted_models=["m"], effective_max_tokens=100, estimated_cost=0.002)
     values.update(over)
     return RequestLogRecord(**values)
+
+
+# --------------------------------------------------------------------------- a private redis-server
+
+REDIS_SERVER_BINARY = shutil.which("redis-server")
+_REDIS_READY = b"Ready to accept connections"
+
+
+def start_redis_server(log_path: Path, *extra: str, port: int | None = None,
+                       timeout_s: float = 5.0) -> tuple[subprocess.Popen[bytes], int]:
+    """Start a ``redis-server`` child on a loopback port and return it (and the port) once *it* listens.
+
+    Readiness is the server's own log line ("Ready to accept connections"), never a PING: between
+    ``free_port()`` and the server's bind, another test's server may take the port, and would answer the
+    PING ("Protocol error, got "H" as reply type byte" when it was an HTTP server) while this one exits
+    with "Address already in use". Such a start is tried again on a new port, or — with ``port`` given,
+    a restart on the same port whose last instance may still hold it — on that port, until ``timeout_s``.
+    ``log_path`` gets the log (one file per start: ``.1``, ``.2`` … after the first)."""
+    assert REDIS_SERVER_BINARY is not None, "callers skip or fail first when redis-server is missing"
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        attempt += 1
+        chosen = port or free_port()
+        log = log_path if attempt == 1 else log_path.with_name(f"{log_path.name}.{attempt}")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_bytes(b"")
+        proc = subprocess.Popen(
+            [REDIS_SERVER_BINARY, "--port", str(chosen), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no", "--logfile", str(log), *extra],
+            cwd=log.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _REDIS_READY in log.read_bytes():
+                return proc, chosen
+            time.sleep(0.01)
+        if proc.poll() is None:  # neither ready nor gone by the deadline
+            proc.kill()
+            proc.wait(5)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"redis-server did not start (port {chosen}): {log.read_text(errors='replace')[-500:]}")
+        time.sleep(0.02)

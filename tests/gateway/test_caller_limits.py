@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hearth.testing.fake_clock import RunningClock
-from hearth.testing.server_thread import free_port
-from tests.support import ADMIN, AUTH, chat_body, gateway_registry
+from tests.support import ADMIN, AUTH, REDIS_SERVER_BINARY, chat_body, gateway_registry, start_redis_server
 
 USER = {**AUTH, "X-Hearth-User": "alice"}
 
@@ -151,21 +149,10 @@ async def test_ip_and_tenant_limits(fake, hearth_server, http):
 
 
 @pytest.fixture
-def private_redis() -> Any:
-    binary = shutil.which("redis-server")
-    if binary is None:
+def private_redis(tmp_path: Path) -> Any:
+    if REDIS_SERVER_BINARY is None:
         pytest.skip("redis-server binary not found; needed to stop a Redis in the middle of a test")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-
-    for _ in range(100):
-        try:
-            redis.Redis(port=port).ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
+    proc, port = start_redis_server(tmp_path / "redis" / "redis.log")
     yield proc, f"redis://127.0.0.1:{port}/0"
     if proc.poll() is None:
         proc.kill()

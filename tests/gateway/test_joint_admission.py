@@ -9,8 +9,6 @@ state backend (memory or Redis) on the server's loop; the function-level tests d
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -34,8 +32,16 @@ from hearth.store.db import create_engine, migrate
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_clock import RunningClock
 from hearth.testing.fake_upstream import FakeBehavior, prompt_tokens_for
-from hearth.testing.server_thread import free_port
-from tests.support import ADMIN, AUTH, REDIS_URL, chat_body, gateway_registry, ledger_summary
+from tests.support import (
+    ADMIN,
+    AUTH,
+    REDIS_SERVER_BINARY,
+    REDIS_URL,
+    chat_body,
+    gateway_registry,
+    ledger_summary,
+    start_redis_server,
+)
 
 MAX_TOKENS = 20  # the fake answers 20 completion tokens unless capped; this caps at exactly 20
 CALLER = "caller:tester"
@@ -370,27 +376,15 @@ async def test_take_preadmitted_only_for_a_model_served_by_it_and_only_once(stat
 
 
 @pytest.fixture
-def counting_redis(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, bool]]:
+def counting_redis(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, bool]]:
     """``(url, prefix, private)``: a redis-server of this test's own when the binary exists, so its
     command counters see only this test; otherwise the shared Redis (whose counters other
     processes may bump, so the caller of this fixture measures more than once)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if REDIS_SERVER_BINARY is None:
         yield REDIS_URL, request.getfixturevalue("redis_prefix"), False
         return
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, port = start_redis_server(tmp_path / "redis" / "redis.log")
     try:
-        client = redis.Redis(port=port, socket_connect_timeout=0.5)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("the private redis-server did not start")
         yield f"redis://127.0.0.1:{port}/0", "hearth-rt:", True
     finally:
         proc.kill()

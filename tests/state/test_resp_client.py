@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -26,38 +25,23 @@ import uvloop
 
 from hearth.state.resp import Address, RespClient, RespError, RespUnavailable, Script, pack
 from hearth.testing.server_thread import free_port
-from tests.support import REDIS_URL
+from tests.support import REDIS_SERVER_BINARY, REDIS_URL, start_redis_server
 
 # --------------------------------------------------------------------------- helpers
 
 
 class PrivateRedis:
-    """A ``redis-server`` child process on a loopback port of its own; ``start()`` again to restart it."""
+    """A ``redis-server`` child process on a loopback port of its own; ``start()`` again to restart it (on the
+    same port, empty)."""
 
-    def __init__(self, binary: str, port: int, extra: tuple[str, ...]) -> None:
-        self.binary, self.port, self.extra = binary, port, extra
+    def __init__(self, directory: Path, extra: tuple[str, ...]) -> None:
+        self.directory, self.extra = directory, extra
+        self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PrivateRedis:
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             *self.extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 5
-        while not self._answers():
-            if self.proc.poll() is not None:
-                pytest.fail(f"redis-server on port {self.port} exited with {self.proc.returncode}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"redis-server on port {self.port} did not answer within 5 s")
-            time.sleep(0.02)
+        self.proc, self.port = start_redis_server(self.directory / "redis.log", *self.extra, port=self.port)
         return self
-
-    def _answers(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))  # NOAUTH: up, but wants a password
-        except OSError:
-            return False
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -69,15 +53,14 @@ class PrivateRedis:
 
 
 @pytest.fixture
-def private_redis() -> Iterator[Callable[..., PrivateRedis]]:
+def private_redis(tmp_path: Path) -> Iterator[Callable[..., PrivateRedis]]:
     """``private_redis(*extra_args)`` starts a redis-server of the test's own; all are killed afterwards."""
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if REDIS_SERVER_BINARY is None:
         pytest.skip("redis-server binary not found; needed for a private Redis this test can stop or configure")
     started: list[PrivateRedis] = []
 
     def start(*extra: str) -> PrivateRedis:
-        server = PrivateRedis(binary, free_port(), extra)
+        server = PrivateRedis(tmp_path / f"redis-{len(started)}", extra)
         started.append(server)
         return server.start()
 
