@@ -464,24 +464,13 @@ async def _clear_shared_cooldowns(state: StateBackend, endpoints: list[Endpoint]
             log.warning("cooldown_not_cleared", endpoint=ep.name, hint="the endpoint serves again when it ends")
 
 
-_startup_garbage_returned = False  # per process: see _return_startup_garbage_to_os
-
-
 def _return_startup_garbage_to_os() -> None:
     """Start-up (imports, migrations, config parsing) leaves freed heap that glibc keeps; give it back.
 
     ``gc.freeze()`` then moves every start-up object out of the collector's reach: full collections
     no longer rescan them, which the benchmark measured as the largest single cost under load
     (about a quarter of wall time at concurrency 64, pauses of ~80 ms → ~7 ms).
-
-    Once per process: what is returned is the process's start-up. A process that starts runtimes
-    again (a test process's in-thread servers, hundreds of them) paid a full collection for each,
-    a median of 18 ms under the suite's load.
     """
-    global _startup_garbage_returned
-    if _startup_garbage_returned:
-        return
-    _startup_garbage_returned = True
     gc.collect()
     gc.freeze()
     try:
