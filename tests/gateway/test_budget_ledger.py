@@ -48,6 +48,20 @@ async def test_a_reservation_is_in_the_database_when_reserve_returns(
     assert (await balances(engine))[KEY] == Balance(used=1000, spent=0, reserved=1000)
 
 
+async def test_a_reservation_made_a_loop_pass_after_another_joins_its_commit(
+        engine: AsyncEngine, ledger: BudgetLedger) -> None:
+    """The group stays open for GROUP_PASSES passes of the event loop: a call that reaches its reservation one
+    pass after another (as the next request of a busy loop does) shares its transaction instead of waiting
+    for a commit of its own."""
+    first = asyncio.create_task(ledger.reserve("c1", (Charge("daily", KEY, 10),), deadline=soon()))
+    await asyncio.sleep(0)  # c1 has reserved and opened a group; one pass later c2 reserves
+    assert ledger.reservation_commits == 0
+    second = asyncio.create_task(ledger.reserve("c2", (Charge("daily", KEY, 10),), deadline=soon()))
+    await asyncio.gather(first, second)
+    assert (ledger.reservation_commits, ledger.reservations_committed) == (1, 2)
+    assert [(r["kind"], r["calls"], r["amount"]) for r in await rows(engine)] == [("reserve", 2, 20)]
+
+
 async def test_concurrent_reservations_share_transactions_and_rows(
         engine: AsyncEngine, ledger: BudgetLedger) -> None:
     other = "tokens|app|u1|m202611"

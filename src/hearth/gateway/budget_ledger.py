@@ -61,6 +61,8 @@ from hearth.store.tables import budget_ledger
 
 log = get_logger("hearth.budget_ledger")
 
+GROUP_PASSES = 2  # event-loop passes a reservation group stays open for (see BudgetLedger._commit_waiting)
+
 
 class ReservationSuperseded(Exception):
     """Committed, but after a rebuild of the state backend that did not count it: the call must not
@@ -310,7 +312,17 @@ class BudgetLedger:
         return int(row_id) if row_id is not None else 0
 
     async def _commit_waiting(self) -> None:
+        """Commit the waiting reservations in groups until none waits.
+
+        The first commit lets the event loop run :data:`GROUP_PASSES` more passes first, so that the
+        reservations of requests it is already handling join the group: at concurrency 64 the ledger
+        wrote 0.56 reserve rows per call instead of 0.76 (``bench/governance_bench.py``), and governed
+        throughput rose from 62.5 to 70.3 % of plain (memory state) and from 69.7 to 72.4 %
+        (Redis) — fewer commits for the same calls. A pass with nothing to do is a few microseconds: at
+        concurrency 1 the added p50 stayed within 0.02 ms."""
         try:
+            for _ in range(GROUP_PASSES):
+                await asyncio.sleep(0)
             while self._waiting:
                 waiting, self._waiting = self._waiting, []
                 groups, self._forming = list(self._forming.values()), {}
