@@ -316,8 +316,8 @@ class BudgetLedger:
 
         The first commit lets the event loop run :data:`GROUP_PASSES` more passes first, so that the
         reservations of requests it is already handling join the group: at concurrency 64 the ledger
-        wrote 0.56 reserve rows per call instead of 0.76 (``bench/governance_bench.py``), and governed
-        throughput rose from 62.5 to 70.3 % of plain (memory state) and from 69.7 to 72.4 %
+        wrote 0.55 reserve rows per call instead of 0.76 (``bench/governance_bench.py``), and governed
+        throughput rose from 62.5 to 68–70 % of plain (memory state) and from 69.7 to 72–73 %
         (Redis) — fewer commits for the same calls. A pass with nothing to do is a few microseconds: at
         concurrency 1 the added p50 stayed within 0.02 ms."""
         try:
