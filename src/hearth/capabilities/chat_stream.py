@@ -125,6 +125,7 @@ class OwnedChatStream:
         self._relay: RelayStream | None = None
         self._outcome = StreamOutcome()
         self._closed = False
+        self._handed = 0  # the id of the last event handed to the response
 
     def client_left(self, code: str) -> None:
         if self._relay is not None:
@@ -133,18 +134,23 @@ class OwnedChatStream:
     def shutdown_frame(self) -> bytes:
         """The process is shutting down and its stream grace is over: an ``error`` event
         ``service_shutting_down`` ends the stream (nothing if it had ended already); stored with the run, so a
-        client resuming elsewhere sees it too."""
+        client resuming elsewhere sees it too. Events already recorded but not yet handed out (the response
+        was stopped between the two) come first, so the live client misses none of the stored run."""
         if self._relay is not None:
             self._relay.shutdown_frame()  # what the request log says
-        if any(e["event"] in ("done", "error", "busy") for e in self._run.events):
-            return b""
-        self._outcome.error = {"code": "service_shutting_down", "message": SHUTDOWN_MESSAGE, "status": 503}
-        return encode(self._run.append("error", {"code": "service_shutting_down", "message": SHUTDOWN_MESSAGE}))
+        if not any(e["event"] in ("done", "error", "busy") for e in self._run.events):
+            self._outcome.error = {"code": "service_shutting_down", "message": SHUTDOWN_MESSAGE, "status": 503}
+            self._run.append("error", {"code": "service_shutting_down", "message": SHUTDOWN_MESSAGE})
+        return b"".join(encode(e) for e in self._run.events[self._handed:])
 
     async def frames(self) -> AsyncIterator[bytes]:
         try:
             async for item in _with_heartbeats(self._events(), self._heartbeat_s):
-                yield heartbeat_frame(len(self._run.events)) if item is _HEARTBEAT else encode(item)
+                if item is _HEARTBEAT:
+                    yield heartbeat_frame(self._handed)
+                else:
+                    self._handed = item["id"]
+                    yield encode(item)
         except asyncio.CancelledError:
             if self._outcome.error is None:
                 self._outcome.error = {"code": "client_disconnected", "message": "The client went away.",
