@@ -15,7 +15,8 @@ import contextlib
 from collections.abc import Callable, Sequence
 
 from hearth.observability.logging import get_logger
-from hearth.tasks.queue import CANCEL_CHANNEL, NOTIFY_CHANNEL
+from hearth.tasks.claim_cursor import ClaimKey
+from hearth.tasks.queue import CANCEL_CHANNEL, NOTIFY_CHANNEL, read_notice
 
 log = get_logger("hearth.tasks.notify")
 
@@ -25,26 +26,38 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._queues: dict[str, list[asyncio.Event]] = {}
+        self._news: dict[asyncio.Event, Callable[[ClaimKey | None], None]] = {}
         self._cancel_hooks: list[Callable[[str], None]] = []
         self._ended_hooks: list[Callable[[Sequence[str]], None]] = []
 
-    def subscribe(self, queue: str) -> asyncio.Event:
+    def subscribe(self, queue: str, *, on_news: Callable[[ClaimKey | None], None] | None = None) -> asyncio.Event:
+        """An event set whenever ``queue`` has news; ``on_news`` is told the lowest claim key queued, if known
+        (None: unknown, e.g. a retry or a promotion — anything may have become claimable)."""
         event = asyncio.Event()
         self._queues.setdefault(queue, []).append(event)
+        if on_news is not None:
+            self._news[event] = on_news
         return event
 
     def unsubscribe(self, queue: str, event: asyncio.Event) -> None:
+        self._news.pop(event, None)
         with contextlib.suppress(KeyError, ValueError):
             self._queues[queue].remove(event)
 
-    def poke(self, queue: str) -> None:
+    def poke(self, queue: str, key: ClaimKey | None = None) -> None:
         for event in self._queues.get(queue, ()):
-            event.set()
+            self._tell(event, key)
 
     def poke_all(self) -> None:
         for events in self._queues.values():
             for event in events:
-                event.set()
+                self._tell(event, None)
+
+    def _tell(self, event: asyncio.Event, key: ClaimKey | None) -> None:
+        on_news = self._news.get(event)
+        if on_news is not None:
+            on_news(key)
+        event.set()
 
     def on_cancel(self, hook: Callable[[str], None]) -> None:
         self._cancel_hooks.append(hook)
@@ -89,7 +102,7 @@ class PgListener:
                 await self._task
 
     def _on_queue(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self._wakeups.poke(payload)
+        self._wakeups.poke(*read_notice(payload))
 
     def _on_cancel(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
         self._wakeups.cancelled(payload)

@@ -31,6 +31,7 @@ from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import task_events, tasks
+from hearth.tasks.claim_cursor import ClaimKey, before
 from hearth.tasks.transitions import record_events, state_event, unnest_columns
 
 log = get_logger("hearth.tasks.queue")
@@ -44,7 +45,7 @@ _CLAIM_SET = ("state = 'running', attempt = attempt + 1, worker = :worker, lease
               "started_at = :now, updated_at = :now")
 _ORDER = "ORDER BY priority DESC, fair_seq, created_at, id LIMIT :n"
 CLAIMED = ("id", "task_type", "queue", "attempt", "max_attempts", "payload", "caller", "tenant", "end_user",
-           "request_id", "priority", "callback_url", "repeat_safe", "started_at", "trace_parent")
+           "request_id", "priority", "fair_seq", "callback_url", "repeat_safe", "started_at", "trace_parent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +96,37 @@ async def _insert_pg(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, n
                if tasks.c[n].server_default is not None or any(v is not None for v in values)}
     names = list(columns)
     source, params = unnest_columns(tasks, columns)
+    lowest = lowest_keys(rows)
     sql = (f"WITH ins AS (INSERT INTO tasks ({', '.join(names)}) {source} RETURNING id, state), "
            "ev AS (INSERT INTO task_events (task_id, at, kind, state, attempt) SELECT id, :now, 'state', state, 0 "
-           "FROM ins) SELECT pg_notify(:channel, q) FROM unnest(CAST(:queues AS text[])) AS q")
-    await conn.execute(text(sql), {**params, "now": now, "channel": NOTIFY_CHANNEL, "queues": list(queues)})
+           "FROM ins) SELECT pg_notify(:channel, q) FROM unnest(CAST(:notices AS text[])) AS q")
+    await conn.execute(text(sql), {**params, "now": now, "channel": NOTIFY_CHANNEL,
+                                   "notices": [notice(q, lowest.get(q)) for q in queues]})
+
+
+def lowest_keys(rows: Sequence[Mapping[str, Any]]) -> dict[str, ClaimKey]:
+    """Per queue, the lowest claim key among ``rows`` that are queued (enqueued, so with their ``fair_seq``)."""
+    out: dict[str, ClaimKey] = {}
+    for row in rows:
+        if row["state"] == "queued":
+            key = (row["priority"], row["fair_seq"])
+            if row["queue"] not in out or before(key, out[row["queue"]]):
+                out[row["queue"]] = key
+    return out
+
+
+def notice(queue: str, key: ClaimKey | None) -> str:
+    """The payload of a ``hearth_tasks`` notification: the queue, and the lowest claim key queued if known."""
+    return queue if key is None else f"{queue}\t{key[0]}\t{key[1]}"
+
+
+def read_notice(payload: str) -> tuple[str, ClaimKey | None]:
+    """The queue and key of a :func:`notice` (a bare queue name, as older processes send, has no key)."""
+    queue, sep, rest = payload.partition("\t")
+    priority, _, seq = rest.partition("\t")
+    if sep and priority.lstrip("-").isdigit() and seq.lstrip("-").isdigit():
+        return queue, (int(priority), int(seq))
+    return payload, None
 
 
 async def _lock_queue(conn: AsyncConnection, queue: str) -> None:
@@ -185,16 +213,31 @@ async def claim(conn: AsyncConnection, *, queue: str, types: Sequence[str], limi
     return rows
 
 
-_CLAIM_PG = (
-    "WITH picked AS (SELECT id FROM tasks WHERE queue = $1 AND state = 'queued' AND run_after <= $2 "
-    "AND task_type = ANY($3::text[]) ORDER BY priority DESC, fair_seq, created_at, id LIMIT $4 "
+def _claim_pg(picked: str) -> str:
+    """One statement: pick (``picked``, a CTE body yielding ids), lease and record the events together."""
+    return (
+        f"WITH {picked}, "
+        "claimed AS (UPDATE tasks AS t SET state = 'running', attempt = t.attempt + 1, worker = $5, lease_until = $6, "
+        "started_at = $2, updated_at = $2 FROM picked WHERE t.id = picked.id "
+        f"RETURNING {', '.join('t.' + c for c in CLAIMED)}), "
+        "events AS (INSERT INTO task_events (task_id, at, kind, state, attempt, detail) "
+        "SELECT id, $2, 'state', 'running', attempt, CAST($7 AS json) FROM claimed) "
+        f"SELECT {', '.join(CLAIMED)} FROM claimed")
+
+
+_DUE = "SELECT id FROM tasks WHERE queue = $1 AND state = 'queued' AND run_after <= $2 AND task_type = ANY($3::text[])"
+_CLAIM_PG = _claim_pg(f"picked AS ({_DUE} ORDER BY priority DESC, fair_seq, created_at, id LIMIT $4 "
+                      "FOR UPDATE SKIP LOCKED)")
+# From a cursor ($8 priority, $9 fair_seq; hearth.tasks.claim_cursor): the rest of the cursor's priority from its
+# fair_seq on — an index range that starts there — then, only if that did not fill the claim, lower priorities.
+# (A locking clause is not allowed in a UNION, hence two CTEs; the second's LIMIT is 0 when the first filled it,
+# and PostgreSQL then never starts its scan.)
+_CLAIM_PG_AFTER = _claim_pg(
+    f"here AS ({_DUE} AND priority = $8 AND fair_seq >= $9 ORDER BY fair_seq, created_at, id LIMIT $4 "
     "FOR UPDATE SKIP LOCKED), "
-    "claimed AS (UPDATE tasks AS t SET state = 'running', attempt = t.attempt + 1, worker = $5, lease_until = $6, "
-    "started_at = $2, updated_at = $2 FROM picked WHERE t.id = picked.id "
-    f"RETURNING {', '.join('t.' + c for c in CLAIMED)}), "
-    "events AS (INSERT INTO task_events (task_id, at, kind, state, attempt, detail) "
-    "SELECT id, $2, 'state', 'running', attempt, CAST($7 AS json) FROM claimed) "
-    f"SELECT {', '.join(CLAIMED)} FROM claimed")
+    f"lower AS ({_DUE} AND priority < $8 ORDER BY priority DESC, fair_seq, created_at, id "
+    "LIMIT $4 - (SELECT count(*) FROM here) FOR UPDATE SKIP LOCKED), "
+    "picked AS (SELECT id FROM here UNION ALL SELECT id FROM lower)")
 
 
 def _json(value: Any) -> Any:
@@ -203,9 +246,12 @@ def _json(value: Any) -> Any:
 
 
 async def claim_now(engine: AsyncEngine, *, queue: str, types: Sequence[str], limit: int, worker: str, now: float,
-                    lease_s: float, per_key_cap: int | None = None) -> Sequence[Mapping[Any, Any]]:
+                    lease_s: float, per_key_cap: int | None = None,
+                    after: ClaimKey | None = None) -> Sequence[Mapping[Any, Any]]:
     """:func:`claim` in its own transaction. On PostgreSQL (no cap) that is one statement — pick, lease and
-    record the events together — run without BEGIN/COMMIT: one round trip per claim."""
+    record the events together — run without BEGIN/COMMIT: one round trip per claim; ``after`` (a claim key,
+    inclusive) starts it there instead of at the head of the queue (:mod:`hearth.tasks.claim_cursor`; only
+    there: elsewhere it is ignored, which is always correct, only slower under a pinned vacuum horizon)."""
     if limit <= 0 or not types:
         return []
     if engine.dialect.name == "postgresql" and per_key_cap is None:
@@ -214,8 +260,11 @@ async def claim_now(engine: AsyncEngine, *, queue: str, types: Sequence[str], li
             # per-row processing (0.6 of 2.3 ms for a claim of 64, and every freed slot waits for it)
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None
-            rows = await driver.fetch(_CLAIM_PG, queue, now, list(types), limit, worker, now + lease_s,
-                                      orjson.dumps({"worker": worker}).decode())
+            args = [queue, now, list(types), limit, worker, now + lease_s, orjson.dumps({"worker": worker}).decode()]
+            if after is None:
+                rows = await driver.fetch(_CLAIM_PG, *args)
+            else:
+                rows = await driver.fetch(_CLAIM_PG_AFTER, *args, after[0], after[1])
         return [{**row, "payload": _json(row["payload"])} for row in rows]
     async with write_transaction(engine) as conn:
         return await claim(conn, queue=queue, types=types, limit=limit, worker=worker, now=now, lease_s=lease_s,

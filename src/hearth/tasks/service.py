@@ -152,8 +152,8 @@ class TaskService:
                         first_of[key] = row
             if fresh:
                 await task_queue.enqueue(conn, fresh, now=self.clock.now(), limits=self.queues)
-        for q in {r["queue"] for r in fresh if r["state"] == "queued"}:
-            self.wakeups.poke(q)
+        for q, lowest in task_queue.lowest_keys(fresh).items():
+            self.wakeups.poke(q, lowest)
         return [o for o in out if o is not None]
 
     async def _by_keys(self, conn: AsyncConnection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], Any]:

@@ -43,6 +43,7 @@ from hearth.observability.logging import get_logger
 from hearth.observability.metrics import count_lease_expirations, count_retry
 from hearth.store.db import stop_writer_task, write_transaction
 from hearth.tasks import queue as task_queue
+from hearth.tasks.claim_cursor import ClaimCursor
 from hearth.tasks.notify import PgListener, Wakeups
 from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, as_hearth_error, decide
 from hearth.tasks.states import TERMINAL
@@ -253,7 +254,12 @@ class _QueueRunner:
         self._progress: dict[str, TaskContext] = {}
         self._progress_since: dict[str, float] = {}  # loop time of each task's first unwritten report
         self._loops: list[asyncio.Task[None]] = []
-        self.wake = worker.wakeups.subscribe(queue)  # claim: a slot freed, a notification, the poll timer
+        # where the next claim starts (PostgreSQL, uncapped queues: the others claim from the head every time)
+        self.cursor: ClaimCursor | None = None
+        if worker.engine.dialect.name == "postgresql" and queue not in worker.config.running_per_key:
+            self.cursor = ClaimCursor(rescan_s=worker.config.poll_s, now=worker.clock.now)
+        # claim: a slot freed, a notification, the poll timer
+        self.wake = worker.wakeups.subscribe(queue, on_news=self.cursor.news if self.cursor else None)
         self.dirty = asyncio.Event()  # write: outcomes or progress are waiting
         self._progress_timer: asyncio.TimerHandle | None = None
         self._claim_running = False
@@ -343,9 +349,18 @@ class _QueueRunner:
         if free <= 0:
             return False
         w = self.worker
-        claimed = await task_queue.claim_now(w.engine, queue=self.queue, types=self.types, limit=free, worker=w.id,
-                                             now=w.clock.now(), lease_s=w.config.lease_s,
-                                             per_key_cap=w.config.running_per_key.get(self.queue))
+        cursor = self.cursor
+        after = cursor.begin() if cursor is not None else None
+        try:
+            claimed = await task_queue.claim_now(w.engine, queue=self.queue, types=self.types, limit=free,
+                                                 worker=w.id, now=w.clock.now(), lease_s=w.config.lease_s,
+                                                 per_key_cap=w.config.running_per_key.get(self.queue), after=after)
+        except BaseException:
+            if cursor is not None:
+                cursor.failed()
+            raise
+        if cursor is not None:
+            cursor.end([(r["priority"], r["fair_seq"]) for r in claimed], full=len(claimed) == free)
         for row in claimed:
             self._spawn(row)
         return len(claimed) == free
@@ -392,6 +407,10 @@ class _QueueRunner:
         finally:
             self._arm_progress_timer()
         if any(m.to == "queued" for m in done):
+            if self.cursor is not None:
+                for m in done:
+                    if m.to == "queued" and m.values and "run_after" in m.values:
+                        self.cursor.due_at(float(m.values["run_after"]))
             self.worker.wakeups.poke(self.queue)
         ended = [m.task_id for m in done if m.to in TERMINAL]
         if ended:
