@@ -16,6 +16,7 @@ from sqlalchemy import text
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.db import create_engine
 from hearth.tasks import queue as task_queue
+from hearth.tasks.claim_cursor import END
 from hearth.tasks.notify import Wakeups, asyncpg_dsn
 from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
@@ -63,6 +64,7 @@ async def test_a_claim_from_a_key_takes_that_priority_from_the_key_on_then_lower
         assert [r["id"] for r in claimed[:4]] == [r["id"] for r in normal[2:]]
         assert {r["id"] for r in claimed[4:]} == {r["id"] for r in low}
         assert {(r["priority"], r["fair_seq"]) for r in claimed[:4]} == {(0, s) for s in seqs[2:]}
+        assert await _claim(engine, 10, after=END) == []  # past every key
         assert [r["id"] for r in await _claim(engine, 10)] == [r["id"] for r in normal[:2]]  # only from the head
     finally:
         await engine.dispose()

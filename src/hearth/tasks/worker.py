@@ -257,7 +257,7 @@ class _QueueRunner:
         # where the next claim starts (PostgreSQL, uncapped queues: the others claim from the head every time)
         self.cursor: ClaimCursor | None = None
         if worker.engine.dialect.name == "postgresql" and queue not in worker.config.running_per_key:
-            self.cursor = ClaimCursor(rescan_s=worker.config.poll_s, now=worker.clock.now)
+            self.cursor = ClaimCursor(now=worker.clock.now)
         # claim: a slot freed, a notification, the poll timer
         self.wake = worker.wakeups.subscribe(queue, on_news=self.cursor.news if self.cursor else None)
         self.dirty = asyncio.Event()  # write: outcomes or progress are waiting
@@ -360,7 +360,7 @@ class _QueueRunner:
                 cursor.failed()
             raise
         if cursor is not None:
-            cursor.end([(r["priority"], r["fair_seq"]) for r in claimed], full=len(claimed) == free)
+            cursor.end([(r["priority"], r["fair_seq"]) for r in claimed])
         for row in claimed:
             self._spawn(row)
         return len(claimed) == free
