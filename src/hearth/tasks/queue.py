@@ -140,13 +140,13 @@ async def _admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], 
     pending = tasks.c.state.in_(("queued", "waiting"))
     keys = sorted({r["fair_key"] for r in rows})
     last: dict[str, tuple[int, int]] = {}
-    if conn.dialect.name == "postgresql" and len(keys) <= 500:  # the depth and the keys' shares in one round trip
+    if conn.dialect.name == "postgresql" and len(keys) <= 500:
+        # the depth and the keys' shares in one round trip and one pass over the queue's pending entries (each
+        # pass steps over the entries of every task claimed since a long transaction began pinning the horizon)
         found = (await conn.execute(text(
-            "SELECT NULL AS fair_key, count(*) AS n, NULL AS seq FROM tasks WHERE queue = :q AND state IN "
-            "('queued', 'waiting') UNION ALL SELECT fair_key, count(*), max(fair_seq) FROM tasks WHERE queue = :q "
-            "AND state IN ('queued', 'waiting') AND fair_key = ANY(:keys) GROUP BY fair_key"),
-            {"q": queue, "keys": keys})).all()
-        depth = next(n for k, n, _ in found if k is None)
+            "SELECT CASE WHEN fair_key = ANY(:keys) THEN fair_key END AS k, count(*), max(fair_seq) FROM tasks "
+            "WHERE queue = :q AND state IN ('queued', 'waiting') GROUP BY k"), {"q": queue, "keys": keys})).all()
+        depth = sum(n for _, n, _ in found)
         last = {k: (n, m) for k, n, m in found if k is not None}
     else:
         depth = (await conn.execute(select(func.count()).select_from(tasks)
