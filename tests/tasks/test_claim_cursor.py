@@ -151,3 +151,4 @@ def test_a_notification_carries_the_queue_and_the_lowest_key_queued() -> None:
     assert read_notice(notice("b", lowest["b"])) == ("b", (-3, 5))
     assert read_notice(notice("ai.default", None)) == ("ai.default", None)
     assert read_notice("ai.default") == ("ai.default", None)  # what a process of an earlier version sends
+

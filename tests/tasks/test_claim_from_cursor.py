@@ -21,7 +21,7 @@ from hearth.tasks.notify import Wakeups, asyncpg_dsn
 from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes
-from tests.tasks.conftest import Harness
+from hearth.tasks.worker import Worker, WorkerConfig
 
 
 async def _noop(ctx: TaskContext) -> dict[str, Any]:
@@ -135,17 +135,31 @@ async def test_under_a_pinned_vacuum_horizon_a_claim_from_the_cursor_skips_what_
         await engine.dispose()
 
 
+async def _wait_terminal(svc: TaskService, ids: list[str], within_s: float) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    until = loop.time() + within_s
+    while True:
+        rows = {i: await svc.get(i, caller=None) for i in ids}
+        if all(r["state"] == "succeeded" for r in rows.values()) or loop.time() > until:
+            assert all(r["state"] == "succeeded" for r in rows.values()), sorted({r["state"] for r in rows.values()})
+            return rows
+        await asyncio.sleep(0.05)
+
+
 async def test_a_worker_draining_a_backlog_still_finds_every_task_queued_behind_its_cursor(postgres_url: str) -> None:
     """A backlog keeps the worker's claims full (its cursor in use). Meanwhile: a higher-priority task submitted
     by another process (only its notification reaches the worker) and a task put back in the queue with no
     notification at all (as a row skipped while locked would be) — each starts long before the backlog drains."""
     engine = create_engine(postgres_url)
+    wakeups = Wakeups()
+    svc = _service(engine, wakeups)
+    worker = Worker(engine, _types(), None, WorkerConfig(queues={"q.fast": 4}, lease_s=3.0, heartbeat_s=1.0,
+                                                         poll_s=0.2, reap_s=0.2, grace_s=2.0),
+                    wakeups=wakeups, database_url=postgres_url)
     try:
-        h = Harness(engine, _types(), postgres_url)
-        backlog = [r for r, _ in await h.service.submit(
-            [Submission("brief", {}, caller="c") for _ in range(150)])]
-        silent = (await h.service.submit([Submission("brief", {}, caller="c", run_after=time.time() + 3600)]))[0][0]
-        worker = await h.worker(concurrency=4, poll_s=0.2)
+        backlog = [r for r, _ in await svc.submit([Submission("brief", {}, caller="c") for _ in range(150)])]
+        silent = (await svc.submit([Submission("brief", {}, caller="c", run_after=time.time() + 3600)]))[0][0]
+        await worker.start()
         runner = worker.runners["q.fast"]
         for _ in range(1000):  # until its claims run from a cursor (the backlog keeps them full)
             if runner.cursor is not None and runner.cursor.floor is not None:
@@ -159,12 +173,11 @@ async def test_a_worker_draining_a_backlog_still_finds_every_task_queued_behind_
             await conn.execute(text("UPDATE tasks SET state = 'queued', run_after = 0, fair_seq = 0 WHERE id = :id"),
                                {"id": silent["id"]})
 
-        rows = await h.wait_terminal([r["id"] for r in backlog] + [urgent["id"], silent["id"]], within_s=60)
+        rows = await _wait_terminal(svc, [r["id"] for r in backlog] + [urgent["id"], silent["id"]], within_s=60)
         starts = sorted(r["started_at"] for i, r in rows.items() if i not in (urgent["id"], silent["id"]))
         for name, task in (("urgent", urgent), ("silent", silent)):
             position = sum(s < rows[task["id"]]["started_at"] for s in starts)
             assert position < 100, f"the {name} task started after {position} of the backlog's 150"
     finally:
-        for w in h.workers:
-            await w.stop()
+        await worker.stop()
         await engine.dispose()

@@ -54,6 +54,15 @@ from hearth.tasks.types import TaskCancelled, TaskContext, TaskLeaseLost, TaskRe
 log = get_logger("hearth.tasks.worker")
 PROGRESS_DELAY_S = 0.2  # how long a progress report waits before it is written (a task that succeeds sooner: never)
 CLAIM_FIRST_S = 0.05  # longest an outcome write waits for a claim that is running or due
+REAPER_SHARE = 0.05  # the most of the time the reaper's pass may take (see reaper_pause)
+
+
+def reaper_pause(reap_s: float, took_s: float) -> float:
+    """The wait before the reaper's next pass: ``reap_s``, or longer when a pass has become slow. Its lease scan
+    reads an index entry for every task that has run since vacuum last cleaned up — while a long transaction
+    pins the vacuum horizon that grows with every task (0.6 s per pass after a million tasks, measured), and
+    every worker process reaps every second. Expired leases are then found later, never missed."""
+    return max(reap_s, took_s / REAPER_SHARE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,13 +197,21 @@ class Worker:
                     r.ctx.cancel()
 
     async def _reaper(self) -> None:
-        while await self._pause(self.config.reap_s):
+        loop = asyncio.get_running_loop()
+        pause = self.config.reap_s
+        while await self._pause(pause):
+            began = loop.time()
             try:
                 await self.reap_once()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("task_reaper_failed", worker=self.id, error=type(exc).__name__)
+            slowed = pause > self.config.reap_s
+            pause = reaper_pause(self.config.reap_s, loop.time() - began)
+            if pause > self.config.reap_s and not slowed:
+                log.warning("task_reaper_slow", worker=self.id, pass_ms=round((loop.time() - began) * 1000),
+                            next_in_s=round(pause, 1), hint="a long transaction may pin the vacuum horizon")
 
     async def reap_once(self) -> int:
         """Promote due ``waiting`` tasks and settle expired leases; how many tasks were moved."""
