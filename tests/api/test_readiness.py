@@ -62,6 +62,9 @@ async def test_a_database_outage_degrades_but_does_not_unready(fake, hearth_serv
         assert report.json()["status"] == "ready" and report.json()["budgeted_calls"] == "admitted"
         stats = (await http.get(base + "/api/v1/admin/stats", headers=ADMIN)).json()["data"]
         assert stats["budget_ledger"]["reservations_failed"] >= 1 and stats["budget_ledger"]["database_ok"]
+        # stopped while its database is reachable: the proxy lives on this test's event loop, which is gone by
+        # the fixture's teardown, and a stop against an unreachable database waited out one timeout after another
+        await asyncio.to_thread(server.stop)
     finally:
         await proxy.down()
 
