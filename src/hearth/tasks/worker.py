@@ -43,6 +43,7 @@ from hearth.observability.logging import get_logger
 from hearth.observability.metrics import count_lease_expirations, count_retry
 from hearth.store.db import stop_writer_task, write_transaction
 from hearth.tasks import queue as task_queue
+from hearth.tasks.admission import count_requeued
 from hearth.tasks.claim_cursor import ClaimCursor
 from hearth.tasks.notify import PgListener, Wakeups
 from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, as_hearth_error, decide
@@ -201,13 +202,15 @@ class Worker:
         pause = self.config.reap_s
         while await self._pause(pause):
             began = loop.time()
+            slowed = pause > self.config.reap_s
             try:
                 await self.reap_once()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # a failed pass (the database away) says nothing about the pace
                 log.warning("task_reaper_failed", worker=self.id, error=type(exc).__name__)
-            slowed = pause > self.config.reap_s
+                pause = self.config.reap_s
+                continue
             pause = reaper_pause(self.config.reap_s, loop.time() - began)
             if pause > self.config.reap_s and not slowed:
                 log.warning("task_reaper_slow", worker=self.id, pass_ms=round((loop.time() - began) * 1000),
@@ -228,6 +231,7 @@ class Worker:
             await after_moves(conn, moved, now=now, rules=self.config.rules)
             requeued = [m.row["queue"] for m in moved if m.move.to == "queued"]
             await task_queue.notify(conn, queues + requeued)
+        await count_requeued(self.engine, len(requeued))
         for q in set(queues + requeued):
             self.wakeups.poke(q)
         lost = [m for m in moved if m.move.ended is not None]
@@ -424,6 +428,7 @@ class _QueueRunner:
         finally:
             self._arm_progress_timer()
         if any(m.to == "queued" for m in done):
+            await count_requeued(self.worker.engine, sum(m.to == "queued" for m in done))
             if self.cursor is not None:
                 for m in done:
                     if m.to == "queued" and m.values and "run_after" in m.values:
