@@ -89,8 +89,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.db import create_engine, migrate
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.types import TaskTypes
 from hearth.tasks.worker import Worker, WorkerConfig

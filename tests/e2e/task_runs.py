@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.tables import task_attempts, task_events, tasks
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import MAX_BATCH, Submission, TaskService
 from hearth.tasks.types import TaskType, TaskTypes
 from hearth.testing.task_types import record

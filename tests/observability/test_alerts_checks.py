@@ -24,8 +24,8 @@ from hearth.observability import alerts
 from hearth.registry.snapshot import Budget, Caller, Registry
 from hearth.state.base import Epoch
 from hearth.state.memory import MemoryState
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.terminal import TerminalRules
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes

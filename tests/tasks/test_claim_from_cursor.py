@@ -16,9 +16,9 @@ from sqlalchemy import text
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.db import create_engine
 from hearth.tasks import queue as task_queue
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.claim_cursor import END
 from hearth.tasks.notify import Wakeups, asyncpg_dsn
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes
 from hearth.tasks.worker import Worker, WorkerConfig

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hearth.errors import HearthError
-from hearth.tasks.queue import QueueLimits
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.service import Submission
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes
 

@@ -13,8 +13,8 @@ from sqlalchemy import text
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.db import create_engine, write_transaction
 from hearth.tasks import queue as task_queue
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.types import TaskType, TaskTypes
 

@@ -14,8 +14,8 @@ from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.db import create_engine, write_transaction
 from hearth.store.tables import task_attempts, task_events, tasks
 from hearth.tasks import queue as task_queue
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.terminal import follows_up
 from hearth.tasks.transitions import BULK_ROWS, AttemptEnd, Move, apply, apply_now

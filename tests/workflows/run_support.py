@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.store.tables import tasks
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import TaskService
 from hearth.tasks.types import TaskTypes
 from hearth.tasks.worker import Worker, WorkerConfig

@@ -18,8 +18,8 @@ from hearth.ids import new_id
 from hearth.runtime import start_runtime
 from hearth.settings import Settings
 from hearth.store.tables import tasks
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import TaskService
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes
 from hearth.testing import task_types

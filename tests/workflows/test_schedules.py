@@ -16,8 +16,8 @@ from hearth.capabilities.address_guard import AddressGuard
 from hearth.errors import HearthError
 from hearth.store.db import create_engine
 from hearth.store.tables import schedule_occurrences, tasks
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.service import TaskService
 from hearth.tasks.types import TaskTypes
 from hearth.testing import task_types

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Sequence,
     String,
     Table,
     Text,
@@ -382,6 +383,9 @@ Index("ix_tasks_waiting_run_after", tasks.c.run_after,
 Index("ix_tasks_updated", tasks.c.updated_at, tasks.c.id)
 Index("ix_tasks_caller_created", tasks.c.caller, tasks.c.created_at, tasks.c.id)
 Index("ix_tasks_created", tasks.c.created_at, tasks.c.id)  # 0027: every caller's tasks, newest first (console, admin)
+# owner: hearth.tasks.admission — tasks admitted to any queue (submitted, or put back), numbered: the bound a
+# process admits against between two exact counts (PostgreSQL; SQLite has no sequences and counts every time).
+task_admissions = Sequence("task_admissions", metadata=metadata)
 
 # owner: hearth.tasks.transitions — one row per attempt: who ran it, how it ended
 task_attempts = Table(

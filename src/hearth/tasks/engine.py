@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.settings import Settings
 from hearth.store.db import create_engine
+from hearth.tasks.admission import QueueLimits
 from hearth.tasks.callbacks import CallbackPolicy, CallbackSender
 from hearth.tasks.dead_letters import SEVERITIES, SeverityRule
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import QueueLimits
 from hearth.tasks.retry import RetryPolicy
 from hearth.tasks.service import TaskService
 from hearth.tasks.terminal import TerminalRules

@@ -3,7 +3,8 @@
 * **Enqueue** (:func:`enqueue`) inserts the tasks and their first events in the caller's transaction and,
   on PostgreSQL, sends ``NOTIFY hearth_tasks, '<queue>'`` (delivered at commit), so a task is queued
   exactly when it is saved. Depth is bounded per queue and per fair key (user, else tenant, else caller);
-  the check and the insert hold the queue's advisory lock, so parallel submissions cannot overshoot.
+  the check (:mod:`hearth.tasks.admission`) and the insert hold the queue's advisory lock, so parallel
+  submissions cannot overshoot.
 * **Fairness** is round-robin by virtual time: each fair key's next task gets
   ``fair_seq = max(its last pending fair_seq + 1, now × FAIR_RATE)``, and claims take the lowest
   ``fair_seq`` first (after priority). A user who queues 500 tasks at once spreads them over 50 s of
@@ -20,17 +21,16 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from sqlalchemy import JSON, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 from hearth.store.db import write_transaction
 from hearth.store.tables import task_events, tasks
+from hearth.tasks.admission import AdmissionCounts, QueueLimits, admit
 from hearth.tasks.claim_cursor import ClaimKey, before
 from hearth.tasks.transitions import record_events, state_event, unnest_columns
 
@@ -38,23 +38,12 @@ log = get_logger("hearth.tasks.queue")
 
 NOTIFY_CHANNEL = "hearth_tasks"
 CANCEL_CHANNEL = "hearth_task_cancel"
-FAIR_RATE = 10.0  # virtual-time units per second: the pace at which one fair key's backlog counts as "due"
-LOW_PRIORITY = 0  # tasks below this priority are refused first when a queue passes its watermark
 
 _CLAIM_SET = ("state = 'running', attempt = attempt + 1, worker = :worker, lease_until = :lease, "
               "started_at = :now, updated_at = :now")
 _ORDER = "ORDER BY priority DESC, fair_seq, created_at, id LIMIT :n"
 CLAIMED = ("id", "task_type", "queue", "attempt", "max_attempts", "payload", "caller", "tenant", "end_user",
            "request_id", "priority", "fair_seq", "callback_url", "repeat_safe", "started_at", "trace_parent")
-
-
-@dataclass(frozen=True, slots=True)
-class QueueLimits:
-    """Bounds of one queue (seed 004 overflow policy): depth, per fair key, low-priority watermark."""
-
-    max_depth: int = 100_000
-    max_per_key: int = 10_000
-    low_priority_watermark: float = 0.8  # share of max_depth above which priority < 0 is refused
 
 
 def fair_key(caller: str, tenant: str | None, end_user: str | None) -> str:
@@ -66,7 +55,7 @@ def fair_key(caller: str, tenant: str | None, end_user: str | None) -> str:
 
 
 async def enqueue(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: float,
-                  limits: Mapping[str, QueueLimits]) -> None:
+                  limits: Mapping[str, QueueLimits], counts: AdmissionCounts | None = None) -> None:
     """Insert new task rows (each already complete but for ``fair_seq``) and their first events.
 
     Raises ``queue_full`` (429, with the queue and the bound in ``details``) and writes nothing if any
@@ -77,7 +66,7 @@ async def enqueue(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now:
         by_queue.setdefault(row["queue"], []).append(row)
     for queue in sorted(by_queue):
         await _lock_queue(conn, queue)
-        await _admit(conn, queue, by_queue[queue], now=now, limits=limits.get(queue, QueueLimits()))
+        await admit(conn, queue, by_queue[queue], now=now, limits=limits.get(queue, QueueLimits()), counts=counts)
     if conn.dialect.name == "postgresql":
         await _insert_pg(conn, rows, now=now, queues=sorted(by_queue))
         return
@@ -133,55 +122,6 @@ async def _lock_queue(conn: AsyncConnection, queue: str) -> None:
     if conn.dialect.name == "postgresql":
         await conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"),
                            {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31})
-
-
-async def _admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *, now: float,
-                 limits: QueueLimits) -> None:
-    pending = tasks.c.state.in_(("queued", "waiting"))
-    keys = sorted({r["fair_key"] for r in rows})
-    last: dict[str, tuple[int, int]] = {}
-    if conn.dialect.name == "postgresql" and len(keys) <= 500:
-        # the depth and the keys' shares in one round trip and one pass over the queue's pending entries (each
-        # pass steps over the entries of every task claimed since a long transaction began pinning the horizon)
-        found = (await conn.execute(text(
-            "SELECT CASE WHEN fair_key = ANY(:keys) THEN fair_key END AS k, count(*), max(fair_seq) FROM tasks "
-            "WHERE queue = :q AND state IN ('queued', 'waiting') GROUP BY k"), {"q": queue, "keys": keys})).all()
-        depth = sum(n for _, n, _ in found)
-        last = {k: (n, m) for k, n, m in found if k is not None}
-    else:
-        depth = (await conn.execute(select(func.count()).select_from(tasks)
-                                    .where(tasks.c.queue == queue, pending))).scalar_one()
-        for chunk in _chunks(keys, 500):
-            stmt = (select(tasks.c.fair_key, func.count(), func.max(tasks.c.fair_seq))
-                    .where(tasks.c.queue == queue, pending, tasks.c.fair_key.in_(chunk)).group_by(tasks.c.fair_key))
-            last.update({k: (n, m) for k, n, m in (await conn.execute(stmt)).all()})
-    if depth + len(rows) > limits.max_depth:
-        raise _full(queue, "queue", depth=depth, limit=limits.max_depth)
-    watermark = limits.low_priority_watermark * limits.max_depth
-    if depth + len(rows) > watermark:
-        if any(r["priority"] < LOW_PRIORITY for r in rows):
-            raise _full(queue, "low_priority_throttled", depth=depth, limit=int(watermark))
-        if depth <= watermark:  # this submission crosses it: say so once per crossing
-            log.warning("task_queue_above_watermark", queue=queue, pending=depth + len(rows),
-                        watermark=int(watermark), max_depth=limits.max_depth)
-    base = int(now * FAIR_RATE)
-    added: dict[str, int] = {}
-    for row in rows:
-        key = row["fair_key"]
-        count, seq = last.get(key, (0, base - 1))
-        added[key] = added.get(key, 0) + 1
-        if count + added[key] > limits.max_per_key:
-            raise _full(queue, "per_user", depth=count, limit=limits.max_per_key)
-        seq = max(seq + 1, base)
-        row["fair_seq"] = seq
-        last[key] = (count, seq)
-
-
-def _full(queue: str, bound: str, *, depth: int, limit: int) -> HearthError:
-    what = {"queue": "The queue is full", "per_user": "This user (or tenant) has as many tasks queued as allowed",
-            "low_priority_throttled": "The queue is above its watermark; low-priority tasks are refused"}[bound]
-    return HearthError("queue_full", f"{what} ({queue}: {depth} pending, limit {limit}); retry later.",
-                       details={"queue": queue, "bound": bound, "pending": depth, "limit": limit}, retry_after=5.0)
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:

@@ -28,8 +28,9 @@ from hearth.store.db import write_transaction
 from hearth.store.tables import task_attempts, task_events, tasks
 from hearth.tasks import callbacks, dead_letters
 from hearth.tasks import queue as task_queue
+from hearth.tasks.admission import AdmissionCounts, QueueLimits, count_requeued
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.queue import CANCEL_CHANNEL, QueueLimits, fair_key
+from hearth.tasks.queue import CANCEL_CHANNEL, fair_key
 from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy
 from hearth.tasks.states import TERMINAL
 from hearth.tasks.terminal import TerminalRules, after_moves
@@ -68,6 +69,7 @@ class TaskService:
     rules: TerminalRules = field(default_factory=TerminalRules)
     default_retry: RetryPolicy = DEFAULT_POLICY
     clock: Clock = SYSTEM_CLOCK
+    counts: AdmissionCounts = field(default_factory=AdmissionCounts)  # this process's last queue counts
 
     # ------------------------------------------------------------------ submission
 
@@ -107,7 +109,7 @@ class TaskService:
         written together or not at all (no idempotency lookup: the caller's row is the key). Once that
         transaction committed, :meth:`Wakeups.poke` the task's queue to wake this process's worker at once."""
         row = await self._row(0, sub, batch=False)
-        await task_queue.enqueue(conn, [row], now=self.clock.now(), limits=self.queues)
+        await task_queue.enqueue(conn, [row], now=self.clock.now(), limits=self.queues, counts=self.counts)
         return row
 
     async def _row(self, index: int, s: Submission, *, batch: bool) -> dict[str, Any]:
@@ -151,7 +153,7 @@ class TaskService:
                     if key is not None:
                         first_of[key] = row
             if fresh:
-                await task_queue.enqueue(conn, fresh, now=self.clock.now(), limits=self.queues)
+                await task_queue.enqueue(conn, fresh, now=self.clock.now(), limits=self.queues, counts=self.counts)
         for q, lowest in task_queue.lowest_keys(fresh).items():
             self.wakeups.poke(q, lowest)
         return [o for o in out if o is not None]
@@ -291,6 +293,7 @@ class TaskService:
             if not moved:
                 raise HearthError("task_state_conflict", "Only a failed task can be redriven.")
             await task_queue.notify(conn, [moved[0].row["queue"]])
+        await count_requeued(self.engine, 1)
         self.wakeups.poke(moved[0].row["queue"])
         return letter
 
@@ -348,6 +351,8 @@ class TaskService:
             await after_moves(conn, moved, now=now, rules=self.rules)
             if to == "queued":
                 await task_queue.notify(conn, [moved[0].row["queue"]])
+        if to == "queued":
+            await count_requeued(self.engine, 1)
         return await self.get(task_id, caller=None)
 
     async def deliveries(self, *, state: str | None, task_id: str | None, after_id: int | None,

@@ -1,0 +1,164 @@
+"""Admission to a queue: the depth bounds and the fair positions of new tasks (seed 004 overflow policy).
+
+A submission holds its queue's advisory lock (:func:`hearth.tasks.queue.enqueue`) and checks, before it inserts:
+the queue's depth (``queued`` + ``waiting``) against ``max_depth``, above the watermark low priority is refused,
+and each fair key's (user's, tenant's or caller's) pending tasks against ``max_per_key``. Each new task gets its
+fair position ``fair_seq = max(its key's last pending fair_seq + 1, now × FAIR_RATE)``.
+
+Counting is a pass over the queue's pending entries in ``ix_tasks_pending_fair``, and such a pass also reads the
+entry of every task that has left the queue since vacuum last ran — while a long transaction pins the vacuum
+horizon, one per task processed since (448 ms per pass after a million tasks, measured), and every submission
+waited for it holding the queue's lock. So on PostgreSQL a process keeps its last exact count per queue
+(:class:`AdmissionCounts`) and, until it is a second old (longer once counting has become slow: at most
+``COUNT_SHARE`` of the time), admits against an upper bound instead: the count, plus every task admitted anywhere
+since, read from the sequence ``task_admissions``. Every way into ``queued`` or ``waiting`` advances that
+sequence — a submission by the tasks it inserts, before it commits; a requeue, retry, hand-back, release or
+redrive by its tasks, once it has committed (:func:`count_requeued`) — so the bound never falls below the
+depth; near a limit, or when it is too old, the count is taken again and the decision is exact. Fair positions
+between two counts continue from the last one this process gave the key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from hearth.errors import HearthError
+from hearth.observability.logging import get_logger
+
+log = get_logger("hearth.tasks.admission")
+
+FAIR_RATE = 10.0  # virtual-time units per second: the pace at which one fair key's backlog counts as "due"
+LOW_PRIORITY = 0  # tasks below this priority are refused first when a queue passes its watermark
+REFRESH_S = 1.0  # the oldest an exact count is used for, while counting is quick
+COUNT_SHARE = 0.05  # the most of the time exact counts may take, once they have become slow (a pinned horizon)
+SEQUENCE = "task_admissions"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Bounds of one queue (seed 004 overflow policy): depth, per fair key, low-priority watermark."""
+
+    max_depth: int = 100_000
+    max_per_key: int = 10_000
+    low_priority_watermark: float = 0.8  # share of max_depth above which priority < 0 is refused
+
+
+@dataclass(slots=True)
+class _Count:
+    depth: int
+    keys: dict[str, tuple[int, int]]  # fair key → (its pending tasks at the count, the last fair_seq given out)
+    admitted: int  # every admission numbered up to this one is in ``depth``
+    at: float  # monotonic time of the count
+    valid_s: float
+
+
+@dataclass(slots=True)
+class AdmissionCounts:
+    """This process's last exact count of each queue (PostgreSQL only; see the module's docstring)."""
+
+    clock: Callable[[], float] = time.monotonic
+    _counts: dict[str, _Count] = field(default_factory=dict)
+
+    def forget(self) -> None:
+        self._counts.clear()
+
+
+async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *, now: float, limits: QueueLimits,
+                counts: AdmissionCounts | None) -> None:
+    """Check ``rows`` (all of ``queue``) against its bounds and give each its ``fair_seq``; the caller holds the
+    queue's lock. Raises ``queue_full`` (429, with the queue and the bound in ``details``)."""
+    first = 0
+    if counts is not None and conn.dialect.name == "postgresql":
+        first, last = (await conn.execute(text(
+            f"SELECT min(v), max(v) FROM (SELECT nextval('{SEQUENCE}') AS v FROM generate_series(1, :n)) AS s"),
+            {"n": len(rows)})).one()
+        if _admit_within_bound(counts, queue, rows, admitted=int(last), now=now, limits=limits):
+            return
+    began = time.monotonic()
+    found = (await conn.execute(text(
+        "SELECT fair_key, count(*), max(fair_seq) FROM tasks WHERE queue = :q AND state IN ('queued', 'waiting') "
+        "GROUP BY fair_key"), {"q": queue})).all()
+    took = time.monotonic() - began
+    depth = sum(int(n) for _, n, _ in found)
+    pending = {str(k): (int(n), int(m)) for k, n, m in found}
+    _check_exactly(queue, rows, depth=depth, pending=pending, limits=limits)
+    given = _positions(rows, pending, now=now)
+    if counts is not None and first:
+        counts._counts[queue] = _Count(depth, {**pending, **given}, int(first) - 1, counts.clock(),
+                                       max(REFRESH_S, took / COUNT_SHARE))
+
+
+def _admit_within_bound(counts: AdmissionCounts, queue: str, rows: list[dict[str, Any]], *, admitted: int,
+                        now: float, limits: QueueLimits) -> bool:
+    """Admit ``rows`` against the upper bound of the last count, if it is recent and far enough from every limit."""
+    count = counts._counts.get(queue)
+    if count is None or counts.clock() - count.at > count.valid_s:
+        return False
+    grown = admitted - count.admitted  # tasks admitted anywhere since the count, these rows included
+    if count.depth + grown > min(limits.low_priority_watermark * limits.max_depth, limits.max_depth):
+        return False  # near the watermark or the bound: count exactly
+    if any(count.keys.get(r["fair_key"], (0, 0))[0] + grown > limits.max_per_key for r in rows):
+        return False
+    count.keys.update(_positions(rows, count.keys, now=now))
+    return True
+
+
+def _check_exactly(queue: str, rows: list[dict[str, Any]], *, depth: int, pending: dict[str, tuple[int, int]],
+                   limits: QueueLimits) -> None:
+    if depth + len(rows) > limits.max_depth:
+        raise _full(queue, "queue", depth=depth, limit=limits.max_depth)
+    watermark = limits.low_priority_watermark * limits.max_depth
+    if depth + len(rows) > watermark:
+        if any(r["priority"] < LOW_PRIORITY for r in rows):
+            raise _full(queue, "low_priority_throttled", depth=depth, limit=int(watermark))
+        if depth <= watermark:  # this submission crosses it: say so once per crossing
+            log.warning("task_queue_above_watermark", queue=queue, pending=depth + len(rows),
+                        watermark=int(watermark), max_depth=limits.max_depth)
+    added: dict[str, int] = {}
+    for row in rows:
+        key = row["fair_key"]
+        added[key] = added.get(key, 0) + 1
+        count = pending.get(key, (0, 0))[0]
+        if count + added[key] > limits.max_per_key:
+            raise _full(queue, "per_user", depth=count, limit=limits.max_per_key)
+
+
+def _positions(rows: list[dict[str, Any]], last: dict[str, tuple[int, int]], *,
+               now: float) -> dict[str, tuple[int, int]]:
+    """Give each row its ``fair_seq``; the keys' (count, last position) afterwards (count unchanged)."""
+    base = int(now * FAIR_RATE)
+    given: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        key = row["fair_key"]
+        count, seq = given.get(key) or last.get(key, (0, base - 1))
+        seq = max(seq + 1, base)
+        row["fair_seq"] = seq
+        given[key] = (count, seq)
+    return given
+
+
+def _full(queue: str, bound: str, *, depth: int, limit: int) -> HearthError:
+    what = {"queue": "The queue is full", "per_user": "This user (or tenant) has as many tasks queued as allowed",
+            "low_priority_throttled": "The queue is above its watermark; low-priority tasks are refused"}[bound]
+    return HearthError("queue_full", f"{what} ({queue}: {depth} pending, limit {limit}); retry later.",
+                       details={"queue": queue, "bound": bound, "pending": depth, "limit": limit}, retry_after=5.0)
+
+
+async def count_requeued(engine: AsyncEngine, n: int) -> None:
+    """``n`` tasks went back into a queue (committed): advance the admissions sequence by as many, so that no
+    process's bound falls below a depth they raised. Best effort: if this fails, bounds may be exceeded by
+    those ``n`` until a process counts again (within a second while counting is quick)."""
+    if n <= 0 or engine.dialect.name != "postgresql":
+        return
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(f"SELECT max(nextval('{SEQUENCE}')) FROM generate_series(1, :n)"), {"n": n})
+            await conn.commit()
+    except Exception as exc:
+        log.warning("task_admissions_not_advanced", tasks=n, error=type(exc).__name__)
