@@ -21,6 +21,7 @@ between two counts continue from the last one this process gave the key.
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,15 +72,20 @@ class AdmissionCounts:
 
 async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *, now: float, limits: QueueLimits,
                 counts: AdmissionCounts | None) -> None:
-    """Check ``rows`` (all of ``queue``) against its bounds and give each its ``fair_seq``; the caller holds the
-    queue's lock. Raises ``queue_full`` (429, with the queue and the bound in ``details``)."""
+    """Take the queue's lock (held to the end of the caller's transaction: parallel submissions cannot overshoot),
+    check ``rows`` (all of ``queue``) against its bounds and give each its ``fair_seq``. Raises ``queue_full``
+    (429, with the queue and the bound in ``details``)."""
     first = 0
-    if counts is not None and conn.dialect.name == "postgresql":
-        first, last = (await conn.execute(text(
-            f"SELECT min(v), max(v) FROM (SELECT nextval('{SEQUENCE}') AS v FROM generate_series(1, :n)) AS s"),
-            {"n": len(rows)})).one()
-        if _admit_within_bound(counts, queue, rows, admitted=int(last), now=now, limits=limits):
-            return
+    if conn.dialect.name == "postgresql":
+        lock = {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31}
+        if counts is None:
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"), lock)
+        else:  # the lock and the numbers of these admissions in one round trip (their order does not matter)
+            _, first, last = (await conn.execute(text(
+                f"SELECT pg_advisory_xact_lock(:a, :b), min(v), max(v) FROM (SELECT nextval('{SEQUENCE}') AS v "
+                "FROM generate_series(1, :n)) AS s"), {**lock, "n": len(rows)})).one()
+            if _admit_within_bound(counts, queue, rows, admitted=int(last), now=now, limits=limits):
+                return
     began = time.monotonic()
     found = (await conn.execute(text(
         "SELECT fair_key, count(*), max(fair_seq) FROM tasks WHERE queue = :q AND state IN ('queued', 'waiting') "

@@ -65,7 +65,6 @@ async def enqueue(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now:
     for row in rows:
         by_queue.setdefault(row["queue"], []).append(row)
     for queue in sorted(by_queue):
-        await _lock_queue(conn, queue)
         await admit(conn, queue, by_queue[queue], now=now, limits=limits.get(queue, QueueLimits()), counts=counts)
     if conn.dialect.name == "postgresql":
         await _insert_pg(conn, rows, now=now, queues=sorted(by_queue))
@@ -116,12 +115,6 @@ def read_notice(payload: str) -> tuple[str, ClaimKey | None]:
     if sep and priority.lstrip("-").isdigit() and seq.lstrip("-").isdigit():
         return queue, (int(priority), int(seq))
     return payload, None
-
-
-async def _lock_queue(conn: AsyncConnection, queue: str) -> None:
-    if conn.dialect.name == "postgresql":
-        await conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"),
-                           {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31})
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:
