@@ -5,10 +5,12 @@ pins the vacuum horizon — yet the limits stay exact across processes, and task
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hearth.capabilities.address_guard import AddressGuard
 from hearth.errors import HearthError
@@ -22,6 +24,14 @@ from hearth.tasks.types import TaskContext, TaskType, TaskTypes
 
 async def _noop(ctx: TaskContext) -> dict[str, Any]:
     return {}
+
+
+@pytest.fixture
+async def pg_engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
+    """PostgreSQL only: the admissions sequence and the recent counts exist there (SQLite counts every time)."""
+    made = create_engine(postgres_url)
+    yield made
+    await made.dispose()
 
 
 def _service(engine: Any, limits: QueueLimits, counts: AdmissionCounts | None = None) -> TaskService:
@@ -56,86 +66,67 @@ async def _scans_of_tasks(conn: Any) -> int:
     return int(row[0]) if row else 0
 
 
-async def test_a_submission_within_a_recent_count_does_not_count_the_queue_again(postgres_url: str) -> None:
-    engine = create_engine(postgres_url)
-    try:
-        clock = Clock()
-        counts = AdmissionCounts(clock=clock)
-        svc = _service(engine, QueueLimits())
-        scans = []
-        for i in range(3):
-            if i == 2:
-                clock.t += 1.5  # past the count's second: counted again
-            async with engine.begin() as conn:
-                before = await _scans_of_tasks(conn)
-                await task_queue.enqueue(conn, [_row(svc, i)], now=time.time(), limits=svc.queues, counts=counts)
-                scans.append(await _scans_of_tasks(conn) - before)
-        assert scans[0] >= 1 and scans[1] == 0 and scans[2] >= 1, scans
-    finally:
-        await engine.dispose()
+async def test_a_submission_within_a_recent_count_does_not_count_the_queue_again(pg_engine: AsyncEngine) -> None:
+    clock = Clock()
+    counts = AdmissionCounts(clock=clock)
+    svc = _service(pg_engine, QueueLimits())
+    scans = []
+    for i in range(3):
+        if i == 2:
+            clock.t += 1.5  # past the count's second: counted again
+        async with pg_engine.begin() as conn:
+            before = await _scans_of_tasks(conn)
+            await task_queue.enqueue(conn, [_row(svc, i)], now=time.time(), limits=svc.queues, counts=counts)
+            scans.append(await _scans_of_tasks(conn) - before)
+    assert scans[0] >= 1 and scans[1] == 0 and scans[2] >= 1, scans
 
 
-async def test_two_processes_submitting_in_turn_stop_exactly_at_the_bound(postgres_url: str) -> None:
-    engine = create_engine(postgres_url)
-    try:
-        limits = QueueLimits(max_depth=20, max_per_key=1000)
-        one, two = _service(engine, limits), _service(engine, limits)
-        admitted = 0
-        for i in range(30):
-            svc = one if i % 2 else two
-            try:
-                await svc.submit([Submission("noop", {}, caller="c", end_user=f"u{i}")])
-                admitted += 1
-            except HearthError as exc:
-                assert exc.code == "queue_full" and exc.details["bound"] == "queue"
-        assert admitted == 20
-        async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT count(*) FROM tasks WHERE state = 'queued'"))).scalar_one() == 20
-    finally:
-        await engine.dispose()
+async def test_two_processes_submitting_in_turn_stop_exactly_at_the_bound(pg_engine: AsyncEngine) -> None:
+    limits = QueueLimits(max_depth=20, max_per_key=1000)
+    one, two = _service(pg_engine, limits), _service(pg_engine, limits)
+    admitted = 0
+    for i in range(30):
+        svc = one if i % 2 else two
+        try:
+            await svc.submit([Submission("noop", {}, caller="c", end_user=f"u{i}")])
+            admitted += 1
+        except HearthError as exc:
+            assert exc.code == "queue_full" and exc.details["bound"] == "queue"
+    assert admitted == 20
+    async with pg_engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM tasks WHERE state = 'queued'"))).scalar_one() == 20
 
 
-async def test_a_users_share_is_exact_across_processes(postgres_url: str) -> None:
-    engine = create_engine(postgres_url)
-    try:
-        limits = QueueLimits(max_depth=10_000, max_per_key=5)
-        one, two = _service(engine, limits), _service(engine, limits)
-        await one.submit([Submission("noop", {}, caller="c", end_user="bob") for _ in range(3)])
-        await two.submit([Submission("noop", {}, caller="c", end_user="bob") for _ in range(2)])
-        for svc in (one, two):
-            with pytest.raises(HearthError) as full:
-                await svc.submit([Submission("noop", {}, caller="c", end_user="bob")])
-            assert full.value.details["bound"] == "per_user"
-        await one.submit([Submission("noop", {}, caller="c", end_user="carol")])  # another user still fits
-    finally:
-        await engine.dispose()
-
-
-async def test_a_task_released_back_into_the_queue_counts_against_another_processes_bound(postgres_url: str) -> None:
-    engine = create_engine(postgres_url)
-    try:
-        limits = QueueLimits(max_depth=5, max_per_key=1000, low_priority_watermark=1.0)
-        submitter, operator = _service(engine, limits), _service(engine, limits)
-        held = (await operator.submit([Submission("noop", {}, caller="c", end_user="h")]))[0][0]
-        async with engine.begin() as conn:  # as the reaper leaves an unsafe task whose worker died
-            await conn.execute(text("UPDATE tasks SET state = 'hold', attempt = 1 WHERE id = :id"), {"id": held["id"]})
-        await submitter.submit([Submission("noop", {}, caller="c", end_user=f"u{i}") for i in range(3)])  # counted
-        await submitter.submit([Submission("noop", {}, caller="c", end_user="x")])  # 4 pending, within its count
-        await operator.override(held["id"], to="queued", operator="ops", reason="checked upstream")  # 5 pending
+async def test_a_users_share_is_exact_across_processes(pg_engine: AsyncEngine) -> None:
+    limits = QueueLimits(max_depth=10_000, max_per_key=5)
+    one, two = _service(pg_engine, limits), _service(pg_engine, limits)
+    await one.submit([Submission("noop", {}, caller="c", end_user="bob") for _ in range(3)])
+    await two.submit([Submission("noop", {}, caller="c", end_user="bob") for _ in range(2)])
+    for svc in (one, two):
         with pytest.raises(HearthError) as full:
-            await submitter.submit([Submission("noop", {}, caller="c", end_user="y")])
-        assert full.value.details["bound"] == "queue"
-    finally:
-        await engine.dispose()
+            await svc.submit([Submission("noop", {}, caller="c", end_user="bob")])
+        assert full.value.details["bound"] == "per_user"
+    await one.submit([Submission("noop", {}, caller="c", end_user="carol")])  # another user still fits
 
 
-async def test_fair_positions_between_counts_continue_where_the_key_left_off(postgres_url: str) -> None:
-    engine = create_engine(postgres_url)
-    try:
-        svc = _service(engine, QueueLimits())
-        first = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(3)])]
-        second = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(2)])]
-        seqs = [r["fair_seq"] for r in first + second]
-        assert seqs == sorted(seqs) and len(set(seqs)) == 5
-    finally:
-        await engine.dispose()
+async def test_a_task_released_back_into_the_queue_counts_against_another_processes_bound(
+        pg_engine: AsyncEngine) -> None:
+    limits = QueueLimits(max_depth=5, max_per_key=1000, low_priority_watermark=1.0)
+    submitter, operator = _service(pg_engine, limits), _service(pg_engine, limits)
+    held = (await operator.submit([Submission("noop", {}, caller="c", end_user="h")]))[0][0]
+    async with pg_engine.begin() as conn:  # as the reaper leaves an unsafe task whose worker died
+        await conn.execute(text("UPDATE tasks SET state = 'hold', attempt = 1 WHERE id = :id"), {"id": held["id"]})
+    await submitter.submit([Submission("noop", {}, caller="c", end_user=f"u{i}") for i in range(3)])  # counted
+    await submitter.submit([Submission("noop", {}, caller="c", end_user="x")])  # 4 pending, within its count
+    await operator.override(held["id"], to="queued", operator="ops", reason="checked upstream")  # 5 pending
+    with pytest.raises(HearthError) as full:
+        await submitter.submit([Submission("noop", {}, caller="c", end_user="y")])
+    assert full.value.details["bound"] == "queue"
+
+
+async def test_fair_positions_between_counts_continue_where_the_key_left_off(pg_engine: AsyncEngine) -> None:
+    svc = _service(pg_engine, QueueLimits())
+    first = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(3)])]
+    second = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(2)])]
+    seqs = [r["fair_seq"] for r in first + second]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
