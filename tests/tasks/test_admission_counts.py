@@ -130,3 +130,14 @@ async def test_fair_positions_between_counts_continue_where_the_key_left_off(pg_
     second = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(2)])]
     seqs = [r["fair_seq"] for r in first + second]
     assert seqs == sorted(seqs) and len(set(seqs)) == 5
+
+
+async def test_a_user_the_recent_count_does_not_know_is_bounded_exactly_too(pg_engine: AsyncEngine) -> None:
+    limits = QueueLimits(max_depth=10_000, max_per_key=3)
+    one, two = _service(pg_engine, limits), _service(pg_engine, limits)
+    await one.submit([Submission("noop", {}, caller="c", end_user="ann")])  # one's count: ann only
+    await two.submit([Submission("noop", {}, caller="c", end_user="dan") for _ in range(2)])
+    await one.submit([Submission("noop", {}, caller="c", end_user="dan")])  # dan, unknown to one's count: 3
+    with pytest.raises(HearthError) as full:
+        await one.submit([Submission("noop", {}, caller="c", end_user="dan")])
+    assert full.value.details["bound"] == "per_user"

@@ -14,8 +14,9 @@ waited for it holding the queue's lock. So on PostgreSQL a process keeps its las
 since, read from the sequence ``task_admissions``. Every way into ``queued`` or ``waiting`` advances that
 sequence — a submission by the tasks it inserts, before it commits; a requeue, retry, hand-back, release or
 redrive by its tasks, once it has committed (:func:`count_requeued`) — so the bound never falls below the
-depth; near a limit, or when it is too old, the count is taken again and the decision is exact. Fair positions
-between two counts continue from the last one this process gave the key.
+depth; near a limit, or when it is too old, the count is taken again and the decision is exact. A count holds the
+depth and the shares of the keys it has seen; a key it has not seen is counted when it first submits, over that
+key's own entries only. Fair positions between two counts continue from the last one this process gave the key.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
+from hearth.store.tables import tasks
 
 log = get_logger("hearth.tasks.admission")
 
@@ -51,12 +53,19 @@ class QueueLimits:
 
 
 @dataclass(slots=True)
+class _Share:
+    count: int  # the key's pending tasks when counted
+    last: int  # the last fair position given to the key (when counted: its highest pending one)
+    admitted: int  # every admission numbered up to this one is in ``count``
+
+
+@dataclass(slots=True)
 class _Count:
     depth: int
-    keys: dict[str, tuple[int, int]]  # fair key → (its pending tasks at the count, the last fair_seq given out)
     admitted: int  # every admission numbered up to this one is in ``depth``
     at: float  # monotonic time of the count
     valid_s: float
+    keys: dict[str, _Share] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -66,8 +75,12 @@ class AdmissionCounts:
     clock: Callable[[], float] = time.monotonic
     _counts: dict[str, _Count] = field(default_factory=dict)
 
-    def forget(self) -> None:
-        self._counts.clear()
+    def recent(self, queue: str) -> _Count | None:
+        count = self._counts.get(queue)
+        return count if count is not None and self.clock() - count.at <= count.valid_s else None
+
+    def record(self, queue: str, count: _Count) -> None:
+        self._counts[queue] = count
 
 
 async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *, now: float, limits: QueueLimits,
@@ -75,43 +88,76 @@ async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *
     """Take the queue's lock (held to the end of the caller's transaction: parallel submissions cannot overshoot),
     check ``rows`` (all of ``queue``) against its bounds and give each its ``fair_seq``. Raises ``queue_full``
     (429, with the queue and the bound in ``details``)."""
-    first = 0
-    if conn.dialect.name == "postgresql":
-        lock = {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31}
-        if counts is None:
-            await conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"), lock)
-        else:  # the lock and the numbers of these admissions in one round trip (their order does not matter)
-            _, first, last = (await conn.execute(text(
-                f"SELECT pg_advisory_xact_lock(:a, :b), min(v), max(v) FROM (SELECT nextval('{SEQUENCE}') AS v "
-                "FROM generate_series(1, :n)) AS s"), {**lock, "n": len(rows)})).one()
-            if _admit_within_bound(counts, queue, rows, admitted=int(last), now=now, limits=limits):
-                return
+    keys = sorted({r["fair_key"] for r in rows})
+    if conn.dialect.name != "postgresql":
+        depth, pending = await _count(conn, queue, keys)
+        _check_exactly(queue, rows, depth=depth, pending=pending, limits=limits)
+        _positions(rows, pending, now=now)
+        return
+    lock = {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31}
+    if counts is None:
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:a, :b)"), lock)
+        first = 0
+    else:  # the lock and the numbers of these admissions in one round trip (their order does not matter)
+        _, first, last = (await conn.execute(text(
+            f"SELECT pg_advisory_xact_lock(:a, :b), min(v), max(v) FROM (SELECT nextval('{SEQUENCE}') AS v "
+            "FROM generate_series(1, :n)) AS s"), {**lock, "n": len(rows)})).one()
+        recent = counts.recent(queue)
+        if recent is not None and await _admit_within_bound(conn, recent, queue, rows, keys, first=int(first),
+                                                            last=int(last), now=now, limits=limits):
+            return
     began = time.monotonic()
-    found = (await conn.execute(text(
-        "SELECT fair_key, count(*), max(fair_seq) FROM tasks WHERE queue = :q AND state IN ('queued', 'waiting') "
-        "GROUP BY fair_key"), {"q": queue})).all()
+    depth, pending = await _count(conn, queue, keys)
     took = time.monotonic() - began
-    depth = sum(int(n) for _, n, _ in found)
-    pending = {str(k): (int(n), int(m)) for k, n, m in found}
     _check_exactly(queue, rows, depth=depth, pending=pending, limits=limits)
     given = _positions(rows, pending, now=now)
-    if counts is not None and first:
-        counts._counts[queue] = _Count(depth, {**pending, **given}, int(first) - 1, counts.clock(),
-                                       max(REFRESH_S, took / COUNT_SHARE))
+    if counts is not None:
+        counts.record(queue, _Count(depth, int(first) - 1, counts.clock(), max(REFRESH_S, took / COUNT_SHARE), {
+            k: _Share(pending.get(k, (0, 0))[0], seq, int(first) - 1) for k, (_, seq) in given.items()}))
 
 
-def _admit_within_bound(counts: AdmissionCounts, queue: str, rows: list[dict[str, Any]], *, admitted: int,
-                        now: float, limits: QueueLimits) -> bool:
-    """Admit ``rows`` against the upper bound of the last count, if it is recent and far enough from every limit."""
-    count = counts._counts.get(queue)
-    if count is None or counts.clock() - count.at > count.valid_s:
-        return False
-    grown = admitted - count.admitted  # tasks admitted anywhere since the count, these rows included
-    if count.depth + grown > min(limits.low_priority_watermark * limits.max_depth, limits.max_depth):
+async def _count(conn: AsyncConnection, queue: str, keys: list[str]) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The queue's depth and, for ``keys``, (pending tasks, highest pending fair_seq): one pass on PostgreSQL."""
+    if conn.dialect.name == "postgresql":
+        found = (await conn.execute(text(
+            "SELECT CASE WHEN fair_key = ANY(:keys) THEN fair_key END AS k, count(*), max(fair_seq) FROM tasks "
+            "WHERE queue = :q AND state IN ('queued', 'waiting') GROUP BY k"), {"q": queue, "keys": keys})).all()
+        return sum(int(n) for _, n, _ in found), {str(k): (int(n), int(m)) for k, n, m in found if k is not None}
+    pending_states = tasks.c.state.in_(("queued", "waiting"))
+    depth = (await conn.execute(select(func.count()).select_from(tasks)
+                                .where(tasks.c.queue == queue, pending_states))).scalar_one()
+    return int(depth), await _shares(conn, queue, keys)
+
+
+async def _shares(conn: AsyncConnection, queue: str, keys: list[str]) -> dict[str, tuple[int, int]]:
+    """(pending tasks, highest pending fair_seq) of each of ``keys`` that has any: a pass over their entries only."""
+    out: dict[str, tuple[int, int]] = {}
+    for i in range(0, len(keys), 500):
+        stmt = (select(tasks.c.fair_key, func.count(), func.max(tasks.c.fair_seq))
+                .where(tasks.c.queue == queue, tasks.c.state.in_(("queued", "waiting")),
+                       tasks.c.fair_key.in_(keys[i:i + 500])).group_by(tasks.c.fair_key))
+        out.update({str(k): (int(n), int(m)) for k, n, m in (await conn.execute(stmt)).all()})
+    return out
+
+
+async def _admit_within_bound(conn: AsyncConnection, count: _Count, queue: str, rows: list[dict[str, Any]],
+                              keys: list[str], *, first: int, last: int, now: float, limits: QueueLimits) -> bool:
+    """Admit ``rows`` against the upper bound of a recent count if it is far enough from every limit (a key the
+    count does not know is counted now, over its own entries only)."""
+    if count.depth + (last - count.admitted) > min(limits.low_priority_watermark * limits.max_depth,
+                                                   limits.max_depth):
         return False  # near the watermark or the bound: count exactly
-    if any(count.keys.get(r["fair_key"], (0, 0))[0] + grown > limits.max_per_key for r in rows):
+    missing = [k for k in keys if k not in count.keys]
+    if missing:
+        found = await _shares(conn, queue, missing)
+        for k in missing:
+            n, seq = found.get(k, (0, int(now * FAIR_RATE) - 1))
+            count.keys[k] = _Share(n, seq, first - 1)
+    if any(s.count + (last - s.admitted) > limits.max_per_key for s in (count.keys[k] for k in keys)):
         return False
-    count.keys.update(_positions(rows, count.keys, now=now))
+    for key, (_, seq) in _positions(rows, {k: (count.keys[k].count, count.keys[k].last) for k in keys},
+                                    now=now).items():
+        count.keys[key].last = seq
     return True
 
 
