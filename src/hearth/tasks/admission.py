@@ -103,7 +103,7 @@ async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *
             f"SELECT pg_advisory_xact_lock(:a, :b), min(v), max(v) FROM (SELECT nextval('{SEQUENCE}') AS v "
             "FROM generate_series(1, :n)) AS s"), {**lock, "n": len(rows)})).one()
         recent = counts.recent(queue)
-        if recent is not None and await _admit_within_bound(conn, recent, queue, rows, keys, first=int(first),
+        if recent is not None and await _admit_within_bound(conn, recent, queue, rows, keys=keys, first=int(first),
                                                             last=int(last), now=now, limits=limits):
             return
     began = time.monotonic()
@@ -140,8 +140,8 @@ async def _shares(conn: AsyncConnection, queue: str, keys: list[str]) -> dict[st
     return out
 
 
-async def _admit_within_bound(conn: AsyncConnection, count: _Count, queue: str, rows: list[dict[str, Any]],
-                              keys: list[str], *, first: int, last: int, now: float, limits: QueueLimits) -> bool:
+async def _admit_within_bound(conn: AsyncConnection, count: _Count, queue: str, rows: list[dict[str, Any]], *,
+                              keys: list[str], first: int, last: int, now: float, limits: QueueLimits) -> bool:
     """Admit ``rows`` against the upper bound of a recent count if it is far enough from every limit (a key the
     count does not know is counted now, over its own entries only)."""
     if count.depth + (last - count.admitted) > min(limits.low_priority_watermark * limits.max_depth,
