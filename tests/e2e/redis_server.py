@@ -22,6 +22,7 @@ from typing import Self
 import pytest
 
 from hearth.testing.server_thread import free_port
+from tests.support import start_redis_server
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -35,7 +36,6 @@ class RedisServer:
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.frozen = False
-        self.starts = 0
 
     @property
     def url(self) -> str:
@@ -46,28 +46,14 @@ class RedisServer:
         return self.directory / "redis.log"
 
     def start(self, timeout: float = 10.0) -> float:
-        """Start an empty server on :attr:`port`; returns the monotonic time it answered PING."""
+        """Start an empty server on :attr:`port`; returns the monotonic time it was ready (its own log says so:
+        ``tests.support.start_redis_server``, which also retries while a previous instance still holds the port)."""
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("redis-server is already running")
-        assert REDIS_SERVER is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            self.starts += 1
-            self.proc = subprocess.Popen(
-                [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(self.directory), "--dbfilename", "never-written.rdb", "--daemonize", "no",
-                 "--logfile", str(self.log_path), "--databases", "1", "--maxclients", "10000"],
-                cwd=self.directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    break  # e.g. the port is still held by the previous instance: try again
-                if self.ping():
-                    return time.monotonic()
-                time.sleep(0.01)
-            if time.monotonic() >= deadline:
-                self._kill()
-                raise TimeoutError(f"redis-server did not start on {self.port}: {self._log_tail()}")
-            time.sleep(0.05)
+        self.proc, _ = start_redis_server(self.log_path, "--dir", str(self.directory), "--dbfilename",
+                                          "never-written.rdb", "--databases", "1", "--maxclients", "10000",
+                                          port=self.port, timeout_s=timeout)
+        return time.monotonic()
 
     def ping(self, timeout: float = 0.5) -> bool:
         """True if the server answers PING (a frozen server does not)."""
@@ -127,12 +113,6 @@ class RedisServer:
             proc.kill()
         proc.wait(10)
         self.proc = None
-
-    def _log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-2000:]
-        except OSError:
-            return "(no log)"
 
     def __enter__(self) -> Self:
         self.start()
