@@ -43,7 +43,10 @@ Scenarios (``--only`` names):
              rounds of ``drain`` and ``pinned`` alternate (drain 1, pinned 1, drain 2, …) so that each pair meets
              the same machine; ratio = pinned / drain of round 1. After every round the claim query and the
              admission count run under EXPLAIN ANALYZE on the (empty) queue: walking every index entry not yet
-             skippable, their time and buffers are an upper bound of what one claim / one submit pays for them.
+             skippable, their time and buffers are an upper bound of what a claim from the head / an exact count
+             pays for them. ``--pin-minutes M`` keeps adding rounds until the pin is M minutes old (target 7:
+             ``--only drain,pinned --pin-minutes 10``, ~11 minutes and ~1.4 M tasks per lane here); the report
+             then adds the ratio by blocks of ten rounds with the pin's age.
 
 ``--profile`` adds a py-spy recording of the Hearth worker during one more ``drain`` (a separate run, so the
 sampling does not touch the measured ones): ``bench/results/task-<ts>-pyspy.txt`` (collapsed stacks) and a
@@ -445,6 +448,7 @@ class Pin:
         await self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         await self.conn.fetchval("SELECT count(*) FROM tasks")  # the snapshot is taken: xmin pinned
         self.xmin = await self.conn.fetchval("SELECT txid_snapshot_xmin(txid_current_snapshot())::text")
+        self.opened = time.monotonic()
         return self
 
     async def held(self) -> dict[str, Any]:
@@ -474,13 +478,18 @@ async def scenario_drain_pinned(args: argparse.Namespace, ts: str, which: list[s
     async with contextlib.AsyncExitStack() as stack:
         lanes = {name: await stack.enter_async_context(pg_with_worker(name, args.concurrency, ts)) for name in which}
         pin = await stack.enter_async_context(Pin(lanes["pinned"][0])) if "pinned" in lanes else None
-        for r in range(args.repeat):
+        r = 0
+        # --repeat rounds, or with --pin-minutes as many as it takes for the pin to reach that age
+        while r < args.repeat or (pin is not None and time.monotonic() - pin.opened < args.pin_minutes * 60):
             for name, (_url, engine, svc, worker) in lanes.items():
                 run = await drain_once(engine, svc, worker, n=args.tasks, caller=f"{name}{r}")
                 run["table"] = await table_stats(engine)
+                if name == "pinned" and pin is not None:
+                    run["pin_age_s"] = round(time.monotonic() - pin.opened, 1)
                 out[name]["rounds"].append(run)
                 print(f"  {name} round {r + 1}: {run['per_s']:,} tasks/s (wall {run['wall_per_s']:,}; claim query "
                       f"{run['table']['claim_ms']} ms, {run['table']['claim_buffers']} buffers)", flush=True)
+            r += 1
         if pin is not None:
             out["pinned"].update(await pin.held())
     for name in which:
@@ -828,7 +837,24 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> str:
                          f"{ut['claim_ms']} / {pt['claim_ms']} | {ut['claim_buffers']:,} / {pt['claim_buffers']:,} | "
                          f"{ut['count_ms']} / {pt['count_ms']} | {ut['total_mb']} / {pt['total_mb']} |")
         out += "\n".join(trend)
+        out += "\n".join(["", "", *pin_age_blocks(s["drain"]["rounds"], s["pinned"]["rounds"])])
     return out
+
+
+def pin_age_blocks(unpinned: list[dict[str, Any]], pinned: list[dict[str, Any]], size: int = 10) -> list[str]:
+    """The trend by blocks of ``size`` rounds: the pin's age at the block's end and pinned ÷ unpinned (ratio of the
+    blocks' mean rates) — what target 7 asks about once the pin is minutes old."""
+    pairs = list(zip(unpinned, pinned, strict=False))
+    lines = ["| rounds | pin age at the end (min) | unpinned tasks/s | pinned tasks/s | pinned ÷ unpinned |",
+             "|---|---:|---:|---:|---:|"]
+    for i in range(0, len(pairs), size):
+        block = pairs[i:i + size]
+        u = sum(a["per_s"] for a, _ in block) / len(block)
+        p = sum(b["per_s"] for _, b in block) / len(block)
+        age = block[-1][1].get("pin_age_s")
+        lines.append(f"| {i + 1}–{i + len(block)} | {age / 60:.1f} | {u:,.0f} | {p:,.0f} | {p / u:.0%} |"
+                     if age is not None else f"| {i + 1}–{i + len(block)} | – | {u:,.0f} | {p:,.0f} | {p / u:.0%} |")
+    return lines
 
 
 def machine() -> dict[str, Any]:
@@ -884,6 +910,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5, help="back-to-back rounds of drain and pinned (round 1 is "
                     "the measured one; the rest show the trend)")
+    ap.add_argument("--pin-minutes", type=float, default=0.0, help="with pinned: more rounds until the pin is this "
+                    "old (target 7 speaks of a 10-minute open transaction: --pin-minutes 10)")
     ap.add_argument("--celery-pool", default="threads", help="Celery pool of the one worker process")
     ap.add_argument("--celery-db", type=int, default=CELERY_REDIS_DB, help="a Redis db the bench may use alone")
     ap.add_argument("--profile", action="store_true", help="py-spy the Hearth worker during one extra drain")
