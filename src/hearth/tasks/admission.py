@@ -92,7 +92,7 @@ async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *
     if conn.dialect.name != "postgresql":
         depth, pending = await _count(conn, queue, keys)
         _check_exactly(queue, rows, depth=depth, pending=pending, limits=limits)
-        _positions(rows, pending, now=now)
+        _positions(rows, {k: seq for k, (_, seq) in pending.items()}, now=now)
         return
     lock = {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31}
     if counts is None:
@@ -110,10 +110,10 @@ async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *
     depth, pending = await _count(conn, queue, keys)
     took = time.monotonic() - began
     _check_exactly(queue, rows, depth=depth, pending=pending, limits=limits)
-    given = _positions(rows, pending, now=now)
+    given = _positions(rows, {k: seq for k, (_, seq) in pending.items()}, now=now)
     if counts is not None:
         counts.record(queue, _Count(depth, int(first) - 1, counts.clock(), max(REFRESH_S, took / COUNT_SHARE), {
-            k: _Share(pending.get(k, (0, 0))[0], seq, int(first) - 1) for k, (_, seq) in given.items()}))
+            k: _Share(pending.get(k, (0, 0))[0], seq, int(first) - 1) for k, seq in given.items()}))
 
 
 async def _count(conn: AsyncConnection, queue: str, keys: list[str]) -> tuple[int, dict[str, tuple[int, int]]]:
@@ -155,8 +155,7 @@ async def _admit_within_bound(conn: AsyncConnection, count: _Count, queue: str, 
             count.keys[k] = _Share(n, seq, first - 1)
     if any(s.count + (last - s.admitted) > limits.max_per_key for s in (count.keys[k] for k in keys)):
         return False
-    for key, (_, seq) in _positions(rows, {k: (count.keys[k].count, count.keys[k].last) for k in keys},
-                                    now=now).items():
+    for key, seq in _positions(rows, {k: count.keys[k].last for k in keys}, now=now).items():
         count.keys[key].last = seq
     return True
 
@@ -181,17 +180,15 @@ def _check_exactly(queue: str, rows: list[dict[str, Any]], *, depth: int, pendin
             raise _full(queue, "per_user", depth=count, limit=limits.max_per_key)
 
 
-def _positions(rows: list[dict[str, Any]], last: dict[str, tuple[int, int]], *,
-               now: float) -> dict[str, tuple[int, int]]:
-    """Give each row its ``fair_seq``; the keys' (count, last position) afterwards (count unchanged)."""
+def _positions(rows: list[dict[str, Any]], last: dict[str, int], *, now: float) -> dict[str, int]:
+    """Give each row its ``fair_seq`` after its key's ``last`` position; each key's last position afterwards."""
     base = int(now * FAIR_RATE)
-    given: dict[str, tuple[int, int]] = {}
+    given: dict[str, int] = {}
     for row in rows:
         key = row["fair_key"]
-        count, seq = given.get(key) or last.get(key, (0, base - 1))
-        seq = max(seq + 1, base)
+        seq = max(given.get(key, last.get(key, base - 1)) + 1, base)
         row["fair_seq"] = seq
-        given[key] = (count, seq)
+        given[key] = seq
     return given
 
 
