@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, ORJSONResponse
 from starlette.middleware.cors import CORSMiddleware
@@ -63,6 +63,39 @@ from hearth.settings import Settings, load_settings
 log = get_logger("hearth.app")
 
 
+# The API's routers in matching order (a route that matches first wins). Their routes go into each app as their
+# modules built them, one set per process, instead of through include_router (hearth.api.route_defaults says why).
+_ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    metrics.router,
+    openai.router,
+    callers_admin.router,  # before admin.router: its /{kind} routes would claim /callers
+    alerts.router,  # before admin.router: its /{kind} routes would claim /alerts
+    admin_operations.router,  # before admin.router: its /{kind} routes would claim /queues
+    usage_admin.router,  # before admin.router: its /{kind} routes would claim /usage
+    admin.router,
+    request_logs.router,
+    budgets.router,
+    prompts.router,
+    ai.router,
+    model_registry.router,
+    tasks.router,
+    dead_letters.router,
+    schedules.router,
+    reviews.router,
+    workflow_runs.router,  # before workflows.router: its /{name} routes would claim /runs
+    workflows.router,
+    document_jobs.router,  # before documents.router: its /{id} routes would claim /jobs
+    documents.router,
+    images.router,
+    mcp.router,  # the MCP gateway (docs/mcp.md)
+    anthropic_messages.router,
+    files.router,
+    batches.router,
+    responses_api.router,  # /v1/responses, /v1/completions (docs/responses.md)
+)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     resolved = settings or load_settings()
 
@@ -86,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await rt.stop()
 
     app = FastAPI(title="Hearth", version=__version__, lifespan=lifespan, default_response_class=ORJSONResponse,
+                  routes=[route for router in _ROUTERS for route in router.routes],
                   description="Self-hosted AI capability service: OpenAI-compatible gateway, admin and logs.",
                   docs_url=None, redoc_url=None,  # FastAPI's pages load their scripts from a CDN
                   # FastAPI's own OpenTelemetry spans and metrics are off: Hearth traces itself (traces are
@@ -93,33 +127,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   telemetry={"tracing": False, "metrics": False, "logs": False})
     install_error_handlers(app)
     _install_offline_docs(app)
-    app.include_router(health.router)
-    app.include_router(metrics.router)
-    app.include_router(openai.router)
-    app.include_router(callers_admin.router)  # before admin.router: its /{kind} routes would claim /callers
-    app.include_router(alerts.router)  # before admin.router: its /{kind} routes would claim /alerts
-    app.include_router(admin_operations.router)  # before admin.router: its /{kind} routes would claim /queues
-    app.include_router(usage_admin.router)  # before admin.router: its /{kind} routes would claim /usage
-    app.include_router(admin.router)
-    app.include_router(request_logs.router)
-    app.include_router(budgets.router)
-    app.include_router(prompts.router)
-    app.include_router(ai.router)
-    app.include_router(model_registry.router)
-    app.include_router(tasks.router)
-    app.include_router(dead_letters.router)
-    app.include_router(schedules.router)
-    app.include_router(reviews.router)
-    app.include_router(workflow_runs.router)  # before workflows.router: its /{name} routes would claim /runs
-    app.include_router(workflows.router)
-    app.include_router(document_jobs.router)  # before documents.router: its /{id} routes would claim /jobs
-    app.include_router(documents.router)
-    app.include_router(images.router)
-    app.include_router(mcp.router)  # the MCP gateway (docs/mcp.md)
-    app.include_router(anthropic_messages.router)
-    app.include_router(files.router)
-    app.include_router(batches.router)
-    app.include_router(responses_api.router)  # /v1/responses, /v1/completions (docs/responses.md)
     install_console(app)  # /console: the web console (docs/console.md)
     return app
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK
@@ -17,6 +17,7 @@ from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
 from hearth.api.request_body import parse_model
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.gateway.endpoint_admission import scopes_for
 from hearth.registry.config import (
@@ -34,7 +35,7 @@ from hearth.registry.store import apply_registry, list_rows, set_endpoint_enable
 from hearth.state.base import StateUnavailable
 
 register_any_name()  # {name:anyname}: a bad name is a 400, not a 404
-router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 _KINDS: dict[str, tuple[str, str, type[Any]]] = {

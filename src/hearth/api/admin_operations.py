@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK, ErrorEnvelope
 from hearth.api.deps import request_id, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
+from hearth.api.route_defaults import api_router
 from hearth.gateway.endpoint_test_call import run_endpoint_test
 from hearth.observability.queue_report import queue_report
 from hearth.registry.names import check_name
 
 register_any_name()
-router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/admin", tags=["admin"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 

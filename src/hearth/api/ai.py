@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.ai_schemas import (
@@ -30,13 +30,14 @@ from hearth.api.envelope import ok
 from hearth.api.event_stream import EventStreamResponse, last_event_id
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object, parse_model
+from hearth.api.route_defaults import api_router
 from hearth.capabilities.chat import ChatOptions, chat_key, chat_once, chat_stream
 from hearth.capabilities.requests import call_from_body
 from hearth.capabilities.service import Capabilities, CapabilityCall
 from hearth.capabilities.sources import SourceLimits, read_input
 
 B = TypeVar("B", bound=CapabilityRequest)
-router = APIRouter(prefix="/api/v1/ai", tags=["capabilities"], responses=AI_ERROR_RESPONSES)
+router = api_router(prefix="/api/v1/ai", tags=["capabilities"], responses=AI_ERROR_RESPONSES)
 _OK: dict[int | str, dict[str, Any]] = {200: {"model": CapabilityEnvelope}}
 
 

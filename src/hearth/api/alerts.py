@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES
 from hearth.api.deps import require_admin, runtime
 from hearth.api.envelope import ok
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.observability import alerts
 
-router = APIRouter(prefix="/api/v1/admin/alerts", tags=["admin", "alerts"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/admin/alerts", tags=["admin", "alerts"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 

@@ -23,7 +23,7 @@ from datetime import UTC, date, datetime
 from typing import Any, Final
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api import openai
@@ -41,6 +41,7 @@ from hearth.api.deps import authenticate_caller, authenticated_body, claim_nonce
 from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object
+from hearth.api.route_defaults import api_router
 from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
 from hearth.gateway.context import CallContext
@@ -55,7 +56,7 @@ from hearth.wire.anthropic_request import NativeOnly, messages_to_chat
 from hearth.wire.model_name import public_model_body
 from hearth.wire.tokens import estimate_messages, estimate_text
 
-router = APIRouter(prefix="/v1", tags=["anthropic"])
+router = api_router(prefix="/v1", tags=["anthropic"])
 log = get_logger("hearth.api")
 
 ROUTE: Final = "messages"  # the request log's and the metrics' route

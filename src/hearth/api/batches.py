@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.batch_schemas import BatchCreate, BatchList, BatchObject
@@ -19,10 +19,11 @@ from hearth.api.chat_validation import validate_chat, validate_embeddings
 from hearth.api.deps import authenticate_caller, authenticated_body, claim_nonce, request_id, runtime
 from hearth.api.openai_schemas import ERROR_RESPONSES, request_body
 from hearth.api.request_body import parse_json_object
+from hearth.api.route_defaults import api_router
 from hearth.batches.service import MAX_PAGE, BatchService, batch_request
 from hearth.errors import HearthError
 
-router = APIRouter(prefix="/v1/batches", tags=["batches"], responses=ERROR_RESPONSES)
+router = api_router(prefix="/v1/batches", tags=["batches"], responses=ERROR_RESPONSES)
 
 
 def _service(request: Request) -> BatchService:

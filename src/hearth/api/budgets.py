@@ -9,18 +9,19 @@ import hmac
 from datetime import UTC, datetime
 from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from starlette.responses import Response
 
 from hearth.api.deps import authenticate_caller, runtime
 from hearth.api.envelope import ok
+from hearth.api.route_defaults import api_router
 from hearth.auth.internal import bearer_token
 from hearth.errors import HearthError
 from hearth.gateway.budget_report import budget_status
 from hearth.observability.request_log import usage_summary
 from hearth.state.base import StateUnavailable
 
-router = APIRouter(prefix="/api/v1", tags=["budgets"])
+router = api_router(prefix="/api/v1", tags=["budgets"])
 
 
 async def _scope_caller(request: Request, caller: str | None) -> str | None:

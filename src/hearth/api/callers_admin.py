@@ -15,18 +15,19 @@ would otherwise claim ``/callers``.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK, OkEnvelope
 from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.path_names import register_any_name
+from hearth.api.route_defaults import api_router
 from hearth.auth import caller_admin
 from hearth.registry.names import check_name
 
 register_any_name()
-router = APIRouter(prefix="/api/v1/admin/callers", tags=["admin", "callers"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/admin/callers", tags=["admin", "callers"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 

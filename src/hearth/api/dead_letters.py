@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES
@@ -10,12 +10,13 @@ from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_model
+from hearth.api.route_defaults import api_router
 from hearth.api.task_schemas import OperatorAction
 from hearth.errors import HearthError
 from hearth.tasks.dead_letters import SEVERITIES, STATUSES
 from hearth.tasks.views import dead_letter_view
 
-router = APIRouter(prefix="/api/v1/ai/dead-letters", tags=["dead letters"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/ai/dead-letters", tags=["dead letters"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 

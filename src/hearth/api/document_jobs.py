@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
@@ -26,9 +26,10 @@ from hearth.api.envelope import ok
 from hearth.api.event_stream import EventStreamResponse
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object, parse_model
+from hearth.api.route_defaults import api_router
 from hearth.documents.jobs import PIPELINE, TERMINAL_STATES, DocumentJobs
 
-router = APIRouter(prefix="/api/v1/documents", tags=["documents"], responses=DOCUMENT_ERROR_RESPONSES)
+router = api_router(prefix="/api/v1/documents", tags=["documents"], responses=DOCUMENT_ERROR_RESPONSES)
 POLL_S = 0.5
 
 

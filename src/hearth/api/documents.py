@@ -14,7 +14,7 @@ import hmac
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
@@ -24,6 +24,7 @@ from hearth.api.envelope import ok
 from hearth.api.multipart_upload import FIELD, signed_upload
 from hearth.api.openai_schemas import inline_schema
 from hearth.api.request_body import parse_json_object, parse_model
+from hearth.api.route_defaults import api_router
 from hearth.auth.internal import bearer_token
 from hearth.documents.service import DocumentService
 from hearth.documents.sniff import TEXT
@@ -33,7 +34,7 @@ DOCUMENT_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **{code: {"model": ErrorEnvelope} for code in (400, 401, 403, 404, 413, 415, 500, 502, 503, 504)},
     "4XX": {"model": ErrorEnvelope, "description": "Another client error"},
 }
-router = APIRouter(prefix="/api/v1/documents", tags=["documents"], responses=DOCUMENT_ERROR_RESPONSES)
+router = api_router(prefix="/api/v1/documents", tags=["documents"], responses=DOCUMENT_ERROR_RESPONSES)
 
 
 class DocumentSource(BaseModel):

@@ -12,17 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.batch_schemas import FileDeleted, FileList, FileObject
 from hearth.api.deps import authenticate_caller, runtime
 from hearth.api.multipart_upload import FIELD, signed_upload
 from hearth.api.openai_schemas import ERROR_RESPONSES
+from hearth.api.route_defaults import api_router
 from hearth.batches.file_store import MAX_LIST, FileStore, too_large
 from hearth.errors import HearthError
 
-router = APIRouter(prefix="/v1/files", tags=["files"], responses=ERROR_RESPONSES)
+router = api_router(prefix="/v1/files", tags=["files"], responses=ERROR_RESPONSES)
 
 _UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
     "type": "object", "required": [FIELD, "purpose"], "properties": {

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.deps import runtime
+from hearth.api.route_defaults import api_router
 from hearth.readiness import readiness
 
-router = APIRouter(tags=["health"])
+router = api_router(tags=["health"])
 
 
 @router.get("/healthz", summary="Liveness: the process answers")

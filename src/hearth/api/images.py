@@ -10,7 +10,7 @@ The route parses and authenticates like the chat route, checks the request
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.call_context import call_context, call_headers
@@ -18,11 +18,12 @@ from hearth.api.deps import authenticated_body, runtime
 from hearth.api.images_schemas import ImageGenerationRequest, ImagesResponse
 from hearth.api.openai_schemas import ERROR_RESPONSES, request_body
 from hearth.api.request_body import parse_json_object
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.images.requests import check_image_request
 from hearth.images.service import ImageService
 
-router = APIRouter(prefix="/v1/images", tags=["openai"])
+router = api_router(prefix="/v1/images", tags=["openai"])
 _IMAGE_CONTENT: dict[str, dict[str, str]] = {"image/png": {}, "image/jpeg": {}, "image/webp": {}}
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth import __version__
 from hearth.api.deps import authenticated_body, claim_nonce, request_id, runtime
+from hearth.api.route_defaults import api_router
 from hearth.auth.internal import PendingNonce
 from hearth.errors import HearthError
 from hearth.mcp.gateway import McpGateway
@@ -36,7 +37,7 @@ from hearth.registry.snapshot import Caller
 
 log = get_logger("hearth.api.mcp")
 
-router = APIRouter(tags=["mcp"])
+router = api_router(tags=["mcp"])
 
 _JSON = "application/json"
 _INSTRUCTIONS = ("Tools of several MCP servers, named <server>__<tool>; Hearth authorizes every call and "

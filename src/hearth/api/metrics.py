@@ -20,11 +20,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from prometheus_client.core import GaugeMetricFamily, Metric
 from starlette.responses import Response
 
 from hearth.api.deps import runtime
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.gateway.budget import NO_SUBJECT
 from hearth.gateway.budget_report import budget_status
@@ -35,7 +36,7 @@ from hearth.observability.metrics_queries import LiveCounts, live_counts
 from hearth.runtime import Runtime
 
 log = get_logger("hearth.metrics")
-router = APIRouter(tags=["operations"])
+router = api_router(tags=["operations"])
 
 _BREAKER = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 _LIMIT_KINDS = ("concurrency", "rpm", "tpm", "daily_tokens")

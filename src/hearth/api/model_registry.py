@@ -4,7 +4,7 @@ apply report (what was created, updated or left unchanged); this process reloads
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK
@@ -12,10 +12,11 @@ from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_model
+from hearth.api.route_defaults import api_router
 from hearth.registry.shortcuts import ModelShortcut, ProviderShortcut, model_spec, provider_spec
 from hearth.registry.store import apply_registry
 
-router = APIRouter(prefix="/api/v1", tags=["registry"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1", tags=["registry"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 

@@ -8,7 +8,7 @@ keep the hot path cheap; the documentation models live in :mod:`hearth.api.opena
 from __future__ import annotations
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.call_context import call_context, call_headers, public_reply
@@ -30,10 +30,11 @@ from hearth.api.openai_schemas import (
     request_body,
 )
 from hearth.api.request_body import parse_json_object
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.gateway.scenes import caller_may_see
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = api_router(prefix="/v1", tags=["openai"])
 
 @router.post("/chat/completions", summary="Create a chat completion (stream or not)",
              openapi_extra=request_body(ChatCompletionRequest),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK, OkEnvelope
@@ -20,12 +20,13 @@ from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_model
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.observability.request_log import prompt_version_stats
 from hearth.prompts import store
 from hearth.prompts.spec import CODE_PATTERN, PromptCreate, RolePatch, RoleSpec, VersionPatch
 
-router = APIRouter(prefix="/api/v1", tags=["prompts"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1", tags=["prompts"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 def _code(code: str) -> str:
     if not re.fullmatch(CODE_PATTERN, code):

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES
 from hearth.api.deps import require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.request_log_schemas import RequestLogEnvelope
+from hearth.api.route_defaults import api_router
 from hearth.observability.request_log import query_request_logs
 
-router = APIRouter(prefix="/api/v1", tags=["observability"], dependencies=[Depends(require_admin)])
+router = api_router(prefix="/api/v1", tags=["observability"], dependencies=[Depends(require_admin)])
 
 
 @router.get("/request-logs", summary="List request logs, newest first",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.call_context import call_context, call_headers, public_reply
@@ -29,13 +29,14 @@ from hearth.api.responses_schemas import (
     ResponseObject,
     TextCompletion,
 )
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.gateway.context import CallContext
 from hearth.responses.completions import CompletionStream, completion_chat_body, text_completion
 from hearth.responses.requests import ResponsesRequest, parse_responses_request, responses_param
 from hearth.responses.service import ResponsesService
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+router = api_router(prefix="/v1", tags=["openai"])
 
 _STREAM_OR_JSON: dict[str, Any] = {"content": {"text/event-stream": {}}}
 

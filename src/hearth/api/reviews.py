@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
@@ -18,11 +18,12 @@ from hearth.api.deps import read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_model
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.registry.names import RegistryName
 from hearth.workflows.reviews import STATES, ReviewRequest, ReviewService
 
-router = APIRouter(prefix="/api/v1/reviews", tags=["reviews"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/reviews", tags=["reviews"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 Reviewer = RegistryName

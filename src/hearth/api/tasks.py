@@ -11,7 +11,7 @@ import hmac
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from hearth.api.deps import (
@@ -27,6 +27,7 @@ from hearth.api.envelope import ok
 from hearth.api.event_stream import EventStreamResponse, last_event_id
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_json_object, parse_model
+from hearth.api.route_defaults import api_router
 from hearth.api.task_events import TaskEventFrames
 from hearth.api.task_schemas import (
     TASK_ERROR_RESPONSES,
@@ -42,7 +43,7 @@ from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.states import STATES
 from hearth.tasks.views import delivery_view, event_view, task_view
 
-router = APIRouter(prefix="/api/v1/ai", tags=["tasks"], responses=TASK_ERROR_RESPONSES)
+router = api_router(prefix="/api/v1/ai", tags=["tasks"], responses=TASK_ERROR_RESPONSES)
 
 
 def _service(request: Request) -> TaskService:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from starlette.responses import Response
 
 from hearth.api.admin_schemas import ADMIN_ERROR_RESPONSES, OK
 from hearth.api.deps import require_admin, runtime
 from hearth.api.envelope import ok
+from hearth.api.route_defaults import api_router
 from hearth.observability.rollup_reports import usage_report
 
-router = APIRouter(prefix="/api/v1/admin/usage", tags=["admin", "observability"],
+router = api_router(prefix="/api/v1/admin/usage", tags=["admin", "observability"],
                    dependencies=[Depends(require_admin)], responses=ADMIN_ERROR_RESPONSES)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
@@ -21,10 +21,11 @@ from hearth.api.envelope import ok
 from hearth.api.event_stream import EventStreamResponse, last_event_id
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import parse_model
+from hearth.api.route_defaults import api_router
 from hearth.api.workflow_run_events import RunEventFrames
 from hearth.workflows.run_actions import Audit, RunActions
 
-router = APIRouter(prefix="/api/v1/workflows/runs", tags=["workflows"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/workflows/runs", tags=["workflows"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from fastapi import APIRouter, Depends, Request
+from fastapi import Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
@@ -21,13 +21,14 @@ from hearth.api.deps import read_body, read_json_object, require_admin, runtime
 from hearth.api.envelope import ok
 from hearth.api.openai_schemas import request_body
 from hearth.api.request_body import json_too_deep, parse_json_object, parse_model
+from hearth.api.route_defaults import api_router
 from hearth.errors import HearthError
 from hearth.registry.names import RegistryName
 from hearth.workflows.definition_store import DefinitionStore
 from hearth.workflows.definitions import NAME_PATTERN
 from hearth.yaml_documents import load_yaml
 
-router = APIRouter(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_admin)],
+router = api_router(prefix="/api/v1/workflows", tags=["workflows"], dependencies=[Depends(require_admin)],
                    responses=ADMIN_ERROR_RESPONSES)
 
 

@@ -13,7 +13,7 @@ from hearth.console.render import page
 from hearth.gateway.budget_report import budget_status
 from hearth.state.base import StateUnavailable
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 
 
 @router.get("/budgets", include_in_schema=False)

@@ -14,7 +14,7 @@ from hearth.observability.logging import get_logger
 from hearth.tasks.dead_letters import SEVERITIES, STATUSES
 from hearth.tasks.views import dead_letter_view
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 
 

@@ -26,7 +26,7 @@ from hearth.registry.snapshot import Endpoint
 from hearth.registry.store import set_endpoint_enabled
 from hearth.state.base import StateUnavailable
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 PAGE: Final = 50
 TRAFFIC_WINDOW: Final = "1h"  # the window of the calls and p95 columns (minute rollups)

@@ -36,7 +36,7 @@ from hearth.console.users import ConsoleUsersInvalid, sign_in
 from hearth.observability.logging import get_logger
 from hearth.state.base import StateUnavailable
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 LOGIN_NONCE_S: Final = 1800
 MAX_FAILURES: Final = 10

@@ -17,7 +17,7 @@ from hearth.console.charts import bars
 from hearth.console.render import page
 from hearth.observability.rollup_reports import WINDOWS, Bar, Totals, traffic_series
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 DEFAULT_WINDOW = "1h"
 
 

@@ -25,7 +25,7 @@ from hearth.console.auth import ConsoleRefused, require, same_origin
 from hearth.console.render import page
 from hearth.errors import HearthError
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 
 
 @router.get("/playground", include_in_schema=False)

@@ -26,7 +26,7 @@ from hearth.observability.request_log import prompt_version_window
 from hearth.prompts import store
 from hearth.prompts.spec import VersionPatch
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 PAGE: Final = 50
 STATS_WINDOW: Final = timedelta(hours=24)

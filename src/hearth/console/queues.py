@@ -12,7 +12,7 @@ from hearth.console.auth import now_s, require
 from hearth.console.render import page
 from hearth.observability.queue_report import queue_report
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 
 
 @router.get("/queues", include_in_schema=False)

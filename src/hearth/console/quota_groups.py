@@ -19,7 +19,7 @@ from hearth.console.render import page
 from hearth.registry.snapshot import QuotaGroup
 from hearth.state.base import StateUnavailable
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 
 
 def _counted(group: QuotaGroup) -> bool:

@@ -14,7 +14,7 @@ from hearth.console.auth import ConsoleRefused, require
 from hearth.console.render import page
 from hearth.observability.request_log import request_log_page, request_log_row
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 PAGE: Final = 50
 TEXT_FILTERS: Final = ("caller", "model", "endpoint", "route", "error_code", "request_id", "task_id")
 

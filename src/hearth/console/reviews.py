@@ -17,7 +17,7 @@ from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 from hearth.workflows.reviews import STATES
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 DECISIONS: Final = ("approve", "modify", "reject")
 CLAIM_S: Final = 900.0

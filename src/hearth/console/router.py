@@ -28,11 +28,6 @@ from hearth.console.auth import ConsoleRedirect, ConsoleRefused, current
 from hearth.console.render import STATIC_DIR, page, redirect
 
 router = APIRouter(prefix="/console", include_in_schema=False)
-for _module in (login, overview, endpoints, request_logs, tasks, dead_letters, reviews, prompts, schedules, budgets,
-                playground):
-    router.include_router(_module.router)
-for _module in (quota_groups, workflows, queues, usage):
-    router.include_router(_module.router)
 
 
 @router.get("")
@@ -55,8 +50,15 @@ async def _refused(request: Request, exc: Exception) -> Response:
     return page(request, "refused.html", console, status=exc.status, message=exc.message)
 
 
+# The console's pages in matching order. Their routes go into each app as their modules built them, one set per
+# process, instead of through include_router (hearth.api.route_defaults says why).
+_ROUTERS = (login.router, overview.router, endpoints.router, request_logs.router, tasks.router, dead_letters.router,
+            reviews.router, prompts.router, schedules.router, budgets.router, playground.router, quota_groups.router,
+            workflows.router, queues.router, usage.router, router)
+
+
 def install_console(app: FastAPI) -> None:
     app.mount("/console/static", StaticFiles(directory=STATIC_DIR), name="console-static")
     app.add_exception_handler(ConsoleRedirect, _redirect)
     app.add_exception_handler(ConsoleRefused, _refused)
-    app.include_router(router)
+    app.router.routes.extend(route for r in _ROUTERS for route in r.routes)

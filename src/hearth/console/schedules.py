@@ -14,7 +14,7 @@ from hearth.console.render import page, redirect
 from hearth.errors import HearthError
 from hearth.observability.logging import get_logger
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 PAGE: Final = 50
 MAX_SCHEDULES: Final = 1000

@@ -14,7 +14,7 @@ from hearth.observability.logging import get_logger
 from hearth.tasks.states import STATES
 from hearth.tasks.views import event_view, task_view
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 
 

@@ -12,7 +12,7 @@ from hearth.console.auth import require
 from hearth.console.render import page
 from hearth.observability.rollup_reports import GROUPS, WINDOWS, usage_report
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 DEFAULT_WINDOW = "24h"
 
 

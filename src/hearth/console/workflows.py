@@ -24,7 +24,7 @@ from hearth.workflows.definitions import edges
 from hearth.workflows.run_actions import RUN_ACTION_STATES, STEP_ACTION_STATES, Audit, RunActions
 from hearth.workflows.run_store import runs_page
 
-router = APIRouter()
+router = APIRouter(prefix="/console", include_in_schema=False)  # its routes go into each app as built (router.py)
 log = get_logger("hearth.console")
 PAGE: Final = 50
 MAX_TASK_LOOKUPS: Final = 100  # steps of one run whose task is read for its attempts
