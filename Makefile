@@ -22,8 +22,9 @@ serve: $(STAMP)
 # pytest in two parts: all but the `serial` tests on four workers (xdist; most tests wait on sockets,
 # databases and child processes, so a third worker on two cores measured 139 s instead of 182 s, and a fourth
 # 229 s instead of 291 s on tests/gateway + tests/workflows with coverage; a fifth was slower again, 286 s),
-# then those alone:
-# tests/e2e/ (real processes; load tests whose timing a second worker would distort), which is where every
+# then those on two workers (they mostly wait for faults to play out: one worker kept the CPU half idle, 232 s;
+# two took 124 s; three raced a fault test's own checks):
+# tests/e2e/ (real processes; fault and load tests that should not share the CPU with four), which is where every
 # serial test lives (tests/test_test_hygiene.py), so the second run collects only that directory. Coverage of
 # src/hearth is collected across both and reported at the end (the test processes only: the e2e
 # tests' Hearth processes are not measured).
@@ -32,6 +33,7 @@ serve: $(STAMP)
 # `make test PYTEST_COV="--cov=hearth --cov-branch"`.
 PYTEST_COV ?= --cov=hearth
 PYTEST_WORKERS ?= 4
+E2E_WORKERS ?= 2
 # Bytecode caches on, whatever the shell says: the suite starts hundreds of Python processes (xdist workers,
 # `hearth serve` and CLI children), and PYTHONDONTWRITEBYTECODE=1 made each compile every module again —
 # about a second per process here (`import hearth.app`: 4.3 s against 3.4 s). Caches go to __pycache__/ (ignored).
@@ -40,7 +42,7 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_COV) --cov-report=
-	$(BIN)/pytest -q -m serial tests/e2e $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
+	$(BIN)/pytest -q -n $(E2E_WORKERS) -m serial tests/e2e $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

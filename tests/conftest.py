@@ -51,8 +51,8 @@ E2E = Path(__file__).resolve().parent / "e2e"
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e/ is ``serial``: real Hearth processes and private redis-servers whose
-    checks (answers within seconds during a fault) should not share the CPU with a parallel worker.
-    ``make test`` runs ``-m "not serial"`` on four workers, then ``-m serial`` alone."""
+    checks (answers within seconds during a fault) should not share the CPU with the four workers of the rest.
+    ``make test`` runs ``-m "not serial"`` on four workers, then ``-m serial`` on two (they mostly wait)."""
     for item in items:
         if E2E in item.path.parents:
             item.add_marker(pytest.mark.serial)

@@ -64,22 +64,15 @@ class RedisServer:
         except OSError:
             return False
 
-    def dbsize(self) -> int:
-        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
-            sock.sendall(b"DBSIZE\r\n")
-            reply = sock.recv(64)
-        assert reply.startswith(b":"), reply
-        return int(reply[1:].strip())
-
     def restart_empty(self) -> float:
         """Crash the server (SIGKILL) and start a new, empty one on the same port.
 
-        Returns the monotonic time the new server answered PING: when the fault ended.
+        Returns the monotonic time the new server was ready: when the fault ended. It is empty by construction
+        (no persistence, a dbfilename never written); a DBSIZE here raced the clients' reconnects (keys written
+        within milliseconds of the start, seen when tests ran side by side).
         """
         self._kill()
-        ready = self.start()
-        assert self.dbsize() == 0
-        return ready
+        return self.start()
 
     def freeze(self) -> None:
         """SIGSTOP: connections stay open, nothing is answered (commands queue in the socket)."""
