@@ -21,9 +21,12 @@ serve: $(STAMP)
 
 # pytest in two parts: all but the `serial` tests on four workers (xdist; most tests wait on sockets,
 # databases and child processes, so a third worker on two cores measured 139 s instead of 182 s, and a fourth
-# 229 s instead of 291 s on tests/gateway + tests/workflows with coverage; a fifth was slower again, 286 s),
+# 229 s instead of 291 s on tests/gateway + tests/workflows with coverage; a fifth was slower again, 286 s;
+# worksteal: a worker that runs out takes tests queued on a busy one, so a slow test late in a queue — the
+# schemathesis run takes 33 s — leaves no tail; 441 against 467 s, one run each),
 # then those on two workers (they mostly wait for faults to play out: one worker kept the CPU half idle, 232 s;
-# two took 124 s; three raced a fault test's own checks):
+# two took 143-145 s with those whose checks bound a recovery to a few seconds never side by side —
+# E2E_TIGHT_BOUNDS in tests/conftest.py — and 117-124 s without; three raced a fault test's own checks):
 # tests/e2e/ (real processes; fault and load tests that should not share the CPU with four), which is where every
 # serial test lives (tests/test_test_hygiene.py), so the second run collects only that directory. Coverage of
 # src/hearth is collected across both and reported at the end (the test processes only: the e2e
@@ -41,8 +44,8 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_COV) --cov-report=
-	$(BIN)/pytest -q -n $(E2E_WORKERS) -m serial tests/e2e $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal -m "not serial" $(PYTEST_COV) --cov-report=
+	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadgroup -m serial tests/e2e $(PYTEST_COV) --cov-append --cov-report=term:skip-covered
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -46,16 +46,25 @@ from tests.pg_databases import (
 from tests.support import IN_CI, MASTER_KEY, PG_ADMIN_DSN, REDIS_URL, StateTime, write_config
 
 E2E = Path(__file__).resolve().parent / "e2e"
+# e2e modules whose checks bound a recovery or a shutdown to a few seconds (service back within 5 s of a Redis
+# fault, a stream cut within 2.5 s): `make test` runs the e2e tests two at a time with `--dist loadgroup`, and
+# these share one group, so they run one after another on one worker, never two of them side by side (a pair
+# once missed a 5 s recovery bound on a slower host).
+E2E_TIGHT_BOUNDS = {"test_budget_faults.py", "test_nonce_after_redis_restart.py", "test_graceful_shutdown.py",
+                    "test_slow_clients.py"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e/ is ``serial``: real Hearth processes and private redis-servers whose
     checks (answers within seconds during a fault) should not share the CPU with the four workers of the rest.
-    ``make test`` runs ``-m "not serial"`` on four workers, then ``-m serial`` on two (they mostly wait)."""
+    ``make test`` runs ``-m "not serial"`` on four workers, then ``-m serial`` on two (they mostly wait; the ones
+    with tight time bounds one after another: ``E2E_TIGHT_BOUNDS``)."""
     for item in items:
         if E2E in item.path.parents:
             item.add_marker(pytest.mark.serial)
+            if item.path.name in E2E_TIGHT_BOUNDS:
+                item.add_marker(pytest.mark.xdist_group("e2e_tight_bounds"))
 
 
 # Tests configure Hearth explicitly; settings from the developer's shell (or `make`) must not leak in.
