@@ -57,7 +57,7 @@ from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
 from hearth.observability.trace_middleware import TraceMiddleware
 from hearth.observability.tracing import start_tracing
-from hearth.runtime import Runtime, start_runtime
+from hearth.runtime import Runtime, release_startup_garbage, start_runtime
 from hearth.settings import Settings, load_settings
 
 log = get_logger("hearth.app")
@@ -102,6 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         rt = await start_runtime(resolved)
+        if threading.current_thread() is threading.main_thread():  # this server owns its process (not a test's thread)
+            release_startup_garbage()
         app.state.runtime = rt
         app.state.grpc = None
         sampling = metrics.start_sampling(rt)  # several workers: each keeps its gauges fresh

@@ -130,9 +130,10 @@ def worker(
 async def _run_worker(settings: Settings) -> None:
     import signal
 
-    from hearth.runtime import start_runtime
+    from hearth.runtime import release_startup_garbage, start_runtime
 
     rt = await start_runtime(settings)
+    release_startup_garbage()  # this process is the worker's
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

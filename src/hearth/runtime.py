@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import gc
 import importlib
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -408,7 +407,6 @@ async def start_runtime(settings: Settings) -> Runtime:
         tasks.service.wakeups.on_ended(rt.run_waker.tasks_ended)
         rt.run_waker.start()
         scheduler.start()
-    _return_startup_garbage_to_os()
     return rt
 
 
@@ -465,20 +463,19 @@ async def _clear_shared_cooldowns(state: StateBackend, endpoints: list[Endpoint]
             log.warning("cooldown_not_cleared", endpoint=ep.name, hint="the endpoint serves again when it ends")
 
 
-def _return_startup_garbage_to_os() -> None:
+def release_startup_garbage() -> None:
     """Start-up (imports, migrations, config parsing) leaves freed heap that glibc keeps; give it back.
 
     ``gc.freeze()`` then moves every start-up object out of the collector's reach: full collections
     no longer rescan them, which the benchmark measured as the largest single cost under load
     (about a quarter of wall time at concurrency 64, pauses of ~80 ms → ~7 ms).
 
-    Only when the runtime owns its process, i.e. runs on the main thread: a runtime started in another thread
-    (a server run in a thread, as in tests) shares the process with code whose objects are not start-up's to
-    freeze — they would never be collected — and a full collection and heap trim of that process cost
-    ~2 % of the test suite's CPU, once per server.
+    Called by whatever owns the process once its runtime has started (``hearth serve``'s lifespan on the main
+    thread, ``hearth worker``), never by :func:`start_runtime` itself: a runtime started inside another program
+    (a server in a thread or a runtime in a test, as in the test suite) shares the process with objects that are
+    not start-up's to freeze — they would never be collected — and a full collection and heap trim of that
+    process cost ~2 % of the test suite's CPU, once per start.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return
     gc.collect()
     gc.freeze()
     try:
