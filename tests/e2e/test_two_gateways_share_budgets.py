@@ -28,7 +28,10 @@ async def test_500_parallel_requests_across_two_processes_never_overspend(
     config = write_config(tmp_path / "hearth.yaml", budget_registry(fake, limit_micro / 1e6))
     env = {"HEARTH_CONFIG": config, "HEARTH_DATABASE_URL": postgres_url, "HEARTH_STATE_BACKEND": "redis",
            "HEARTH_REDIS_PREFIX": redis_prefix, "HEARTH_MASTER_KEY": MASTER_KEY, "HEARTH_LOG_LEVEL": "warning",
-           "HEARTH_ADMIN_TOKEN": "admin-token-xyz"}
+           "HEARTH_ADMIN_TOKEN": "admin-token-xyz",
+           # a 250-request burst per process on a loaded host can dispatch a script past the default
+           # 2 s state timeout (refused late, 503); budget arithmetic is what is under test here
+           "HEARTH_STATE_TIMEOUT_S": "10"}
     fake.set_defaults(latency_ms=100)
     gateways = [processes.start(tmp_path, env, name=f"gw{i}") for i in range(2)]
     try:

@@ -68,6 +68,18 @@ async def test_concurrency_refusal_on_second_scope_takes_nothing_on_first(state:
     assert (await state.usage("qg:g")).in_flight == 1
 
 
+async def test_an_acquire_run_after_its_deadline_is_refused_late_and_takes_nothing(
+        state: StateBackend, state_time: StateTime) -> None:
+    ep = Scope("ep:late", max_concurrency=5, rpm=10)
+    late = await state.acquire(lid(), (ep,), 7, 30.0, deadline=state_time.now() - 1.0)
+    assert late.lease is None and late.refusal is not None
+    assert late.refusal.limit == "late"  # its caller has given up: nobody would release what it took
+    usage = await state.usage("ep:late")
+    assert (usage.in_flight, usage.rpm_used, usage.tpm_used) == (0, 0, 0)
+    on_time = await state.acquire(lid(), (ep,), 7, 30.0, deadline=state_time.now() + 30.0)
+    assert on_time.lease is not None
+
+
 async def test_rpm_refusal_on_second_scope_counts_nothing_on_first(state: StateBackend, state_time: StateTime) -> None:
     await state_time.away_from_minute_edge()
     ep, qg = Scope("ep:a", rpm=10), Scope("qg:g", rpm=1)
