@@ -24,7 +24,7 @@ def test_a_server_started_in_a_thread_freezes_nothing(hearth_server: Any, fake: 
     before = gc.get_freeze_count()
     server = hearth_server(_registry(fake))
     assert server.base_url
-    assert gc.get_freeze_count() == before
+    assert gc.get_freeze_count() <= before  # frozen objects freed meanwhile lower it; a freeze would raise it
 
 
 async def test_a_runtime_started_on_this_thread_freezes_nothing(tmp_path: Path, database_url: str, fake: Any) -> None:
@@ -34,6 +34,6 @@ async def test_a_runtime_started_on_this_thread_freezes_nothing(tmp_path: Path, 
                                       database_url=database_url, master_key=MASTER_KEY))
     try:
         assert rt.gateway.registry.models
-        assert gc.get_freeze_count() == before
+        assert gc.get_freeze_count() <= before
     finally:
         await rt.stop()
