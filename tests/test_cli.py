@@ -112,3 +112,17 @@ def test_serve_refuses_several_workers_with_memory_state(tmp_path: Path) -> None
     env_out = subprocess.run([sys.executable, "-m", "hearth", "serve"], cwd=tmp_path, capture_output=True, text=True,
                              timeout=60, env={**os.environ, "HEARTH_WORKERS": "2", "HEARTH_STATE_BACKEND": "memory"})
     assert env_out.returncode != 0 and "HEARTH_STATE_BACKEND=redis" in env_out.stderr
+
+
+def test_long_running_commands_run_on_uvloop_like_hearth_serve() -> None:
+    """``hearth worker`` runs its loop through ``run_service``: uvloop, as uvicorn's ``loop="auto"`` gives
+    ``hearth serve`` (asyncio's loop drained 50 ms tasks ~3 % slower: bench/BENCHMARKS.md)."""
+    from hearth.cli import run_service
+
+    loops: list[str] = []
+
+    async def main() -> None:
+        loops.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+
+    run_service(main())
+    assert loops == ["uvloop"]
