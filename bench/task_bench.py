@@ -820,7 +820,17 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> str:
             f"≥ {TARGETS['sqlite_per_s']}/s", q["per_s"] >= TARGETS["sqlite_per_s"], q)
     if "pinned" in s:
         pin = s["pinned"]
-        if "drain" in s:
+        if "drain" in s and len(pin.get("rounds") or []) > 1:
+            # several rounds: the target is about an old pin, so judge the last ten rounds, not the first
+            block = list(zip(s["drain"]["rounds"], pin["rounds"], strict=False))[-10:]
+            u = sum(a["per_s"] for a, _ in block) / len(block)
+            p = sum(b["per_s"] for _, b in block) / len(block)
+            age = block[-1][1].get("pin_age_s")
+            aged = f", the pin {age / 60:.1f} min old" if age is not None else ""
+            row("7. drain under a pinned vacuum horizon",
+                f"{p:,.0f} tasks/s = {p / u:.0%} of unpinned (last {len(block)} rounds{aged})",
+                f"≥ {TARGETS['pinned_ratio']:.0%}", p / u >= TARGETS["pinned_ratio"], pin)
+        elif "drain" in s:
             ratio = pin["per_s"] / s["drain"]["per_s"]
             row("7. drain under a pinned vacuum horizon", f"{pin['per_s']:,} tasks/s = {ratio:.0%} of 1.",
                 f"≥ {TARGETS['pinned_ratio']:.0%}", ratio >= TARGETS["pinned_ratio"], pin)
