@@ -994,6 +994,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile-configs", default="gov-redis,gov-memory", help="configurations to profile")
     ap.add_argument("--hearth-log-level", default="info", help="HEARTH_LOG_LEVEL for the Hearth processes")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (configs, logs, databases)")
+    ap.add_argument("--hearth-env", action="append", default=[], metavar="HEARTH_X=VALUE",
+                    help="an extra setting for every Hearth process (repeatable), e.g. to try a setting's effect")
     args = ap.parse_args(argv)
     if args.duration is None:
         args.duration = 3 if args.quick else 10
@@ -1007,7 +1009,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("too many signed requests per run; lower --max-rate or --duration")
     # what gateway_bench's helpers read from args
     args.state = "memory"
-    args.hearth_env = []
     args.gc_probe = False
     args.generator = "wrk"
     return args
