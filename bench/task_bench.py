@@ -823,9 +823,7 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> str:
         if "drain" in s and len(pin.get("rounds") or []) > 1:
             # several rounds: the target is about an old pin, so judge the last ten rounds, not the first
             block = list(zip(s["drain"]["rounds"], pin["rounds"], strict=False))[-10:]
-            u = sum(a["per_s"] for a, _ in block) / len(block)
-            p = sum(b["per_s"] for _, b in block) / len(block)
-            age = block[-1][1].get("pin_age_s")
+            u, p, age = _block_rates(block)
             aged = f", the pin {age / 60:.1f} min old" if age is not None else ""
             row("7. drain under a pinned vacuum horizon",
                 f"{p:,.0f} tasks/s = {p / u:.0%} of unpinned (last {len(block)} rounds{aged})",
@@ -859,12 +857,17 @@ def pin_age_blocks(unpinned: list[dict[str, Any]], pinned: list[dict[str, Any]],
              "|---|---:|---:|---:|---:|"]
     for i in range(0, len(pairs), size):
         block = pairs[i:i + size]
-        u = sum(a["per_s"] for a, _ in block) / len(block)
-        p = sum(b["per_s"] for _, b in block) / len(block)
-        age = block[-1][1].get("pin_age_s")
+        u, p, age = _block_rates(block)
         lines.append(f"| {i + 1}–{i + len(block)} | {age / 60:.1f} | {u:,.0f} | {p:,.0f} | {p / u:.0%} |"
                      if age is not None else f"| {i + 1}–{i + len(block)} | – | {u:,.0f} | {p:,.0f} | {p / u:.0%} |")
     return lines
+
+
+def _block_rates(block: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[float, float, float | None]:
+    """Mean unpinned and pinned tasks/s of a block of round pairs, and the pin's age (s) at its last round."""
+    u = sum(a["per_s"] for a, _ in block) / len(block)
+    p = sum(b["per_s"] for _, b in block) / len(block)
+    return u, p, block[-1][1].get("pin_age_s")
 
 
 def machine() -> dict[str, Any]:

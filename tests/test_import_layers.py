@@ -160,6 +160,7 @@ class _Collector(ast.NodeVisitor):
             self._add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in MODULES else module, node)
 
 
+@functools.cache  # parsed when a test first asks, not at collection (every xdist worker collects this module)
 def _imports() -> list[Import]:
     found: list[Import] = []
     for module, path in MODULES.items():
@@ -167,12 +168,6 @@ def _imports() -> list[Import]:
         collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
         found.extend(collector.found)
     return found
-
-
-@functools.cache
-def _all_imports() -> list[Import]:
-    """Parsed when a test first asks, not at collection (every xdist worker collects this module)."""
-    return _imports()
 
 
 def _within(module: str, container: str) -> bool:
@@ -230,19 +225,19 @@ def _find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def _describe(path: list[str]) -> str:
     lines = []
     for a, b in itertools.pairwise(path):
-        lines.append(f"  {next(i for i in _all_imports() if i.source == a and i.target == b)}")
+        lines.append(f"  {next(i for i in _imports() if i.source == a and i.target == b)}")
     return " -> ".join(path) + "\n" + "\n".join(lines)
 
 
 def test_every_module_is_read() -> None:
     assert "hearth.gateway.call" in MODULES and "hearth.providers.base" in MODULES
-    assert any(i.kind == "function" for i in _all_imports())  # cli.py imports inside its commands
-    assert any(i.kind == "TYPE_CHECKING" for i in _all_imports())
+    assert any(i.kind == "function" for i in _imports())  # cli.py imports inside its commands
+    assert any(i.kind == "TYPE_CHECKING" for i in _imports())
 
 
 def test_no_import_cycle_between_modules() -> None:
     edges: dict[str, set[str]] = {}
-    for imp in _all_imports():
+    for imp in _imports():
         edges.setdefault(imp.source, set()).add(imp.target)
     cycle = _find_cycle(edges)
     assert cycle is None, "import cycle: " + _describe(cycle or [])
@@ -253,18 +248,18 @@ def test_no_import_cycle_between_packages() -> None:
         return _place(module)[1]
 
     edges: dict[str, set[str]] = {}
-    for imp in _all_imports():
+    for imp in _imports():
         a, b = container(imp.source), container(imp.target)
         if a != b and (imp.source, imp.target) not in ALLOWED:
             edges.setdefault(a, set()).add(b)
     cycle = _find_cycle(edges)
     steps = set(itertools.pairwise(cycle or []))
-    culprits = [f"  {i}" for i in _all_imports() if (container(i.source), container(i.target)) in steps]
+    culprits = [f"  {i}" for i in _imports() if (container(i.source), container(i.target)) in steps]
     assert cycle is None, "cycle between packages: " + " -> ".join(cycle or []) + "\n" + "\n".join(culprits)
 
 
 def test_layering_contract() -> None:
-    problems = [v for imp in _all_imports() if (imp.source, imp.target) not in ALLOWED and (v := _violation(imp))]
+    problems = [v for imp in _imports() if (imp.source, imp.target) not in ALLOWED and (v := _violation(imp))]
     assert not problems, "imports against the layering contract (see LAYERS in this file):\n" + "\n".join(problems)
 
 
@@ -285,8 +280,8 @@ def test_the_core_imports_no_web_framework() -> None:
 
 
 def test_allowlist_is_current() -> None:
-    stale = [pair for pair in ALLOWED if not any((i.source, i.target) == pair for i in _all_imports())
-             or not any(_violation(i) for i in _all_imports() if (i.source, i.target) == pair)]
+    stale = [pair for pair in ALLOWED if not any((i.source, i.target) == pair for i in _imports())
+             or not any(_violation(i) for i in _imports() if (i.source, i.target) == pair)]
     assert not stale, f"ALLOWED entries that no longer occur or no longer break the contract: {stale}"
 
 
