@@ -141,3 +141,35 @@ async def test_a_user_the_recent_count_does_not_know_is_bounded_exactly_too(pg_e
     with pytest.raises(HearthError) as full:
         await one.submit([Submission("noop", {}, caller="c", end_user="dan")])
     assert full.value.details["bound"] == "per_user"
+
+
+async def _finish(engine: AsyncEngine, ids: list[str]) -> None:
+    async with engine.begin() as conn:  # as a worker would: claimed, then done
+        await conn.execute(text("UPDATE tasks SET state = 'succeeded', attempt = 1 WHERE id = ANY(:ids)"), {"ids": ids})
+
+
+async def test_after_its_queue_drains_a_keys_positions_do_not_go_back(pg_engine: AsyncEngine) -> None:
+    """A claimed task leaves its entry in the claim index until vacuum removes it (never, while a long transaction
+    pins the horizon): new positions below the ones already taken would interleave live entries with those."""
+    clock = Clock()
+    svc = _service(pg_engine, QueueLimits(), AdmissionCounts(clock=clock))
+    first = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(20)])]
+    await _finish(pg_engine, [r["id"] for r in first])
+    clock.t += 10  # the count is stale: counted again, the queue now empty
+    again = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(2)])]
+    other = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="b")])]
+    top = max(r["fair_seq"] for r in first)
+    assert min(r["fair_seq"] for r in again + other) > top, (top, [r["fair_seq"] for r in again + other])
+
+
+async def test_a_new_keys_first_position_is_at_the_head_of_the_queue_not_behind_it(pg_engine: AsyncEngine) -> None:
+    clock = Clock()
+    svc = _service(pg_engine, QueueLimits(), AdmissionCounts(clock=clock))
+    backlog = [r for r, _ in await svc.submit([Submission("noop", {}, caller="c", end_user="a") for _ in range(40)])]
+    ordered = sorted(backlog, key=lambda r: r["fair_seq"])
+    await _finish(pg_engine, [r["id"] for r in ordered[:30]])  # claimed in claim order: 10 left
+    clock.t += 10
+    (newcomer, _), = await svc.submit([Submission("noop", {}, caller="c", end_user="b")])
+    head = ordered[30]["fair_seq"]
+    # at the head (claimed next but one), neither behind the claimed entries nor after the backlog
+    assert head <= newcomer["fair_seq"] <= head + 1, (head, newcomer["fair_seq"])

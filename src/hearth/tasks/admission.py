@@ -17,6 +17,14 @@ redrive by its tasks, once it has committed (:func:`count_requeued`) — so the 
 depth; near a limit, or when it is too old, the count is taken again and the decision is exact. A count holds the
 depth and the shares of the keys it has seen; a key it has not seen is counted when it first submits, over that
 key's own entries only. Fair positions between two counts continue from the last one this process gave the key.
+
+A position is never behind the queue's head: a key without pending tasks starts at ``max(now × FAIR_RATE, the
+lowest pending position)`` or, in a queue with nothing pending, after the highest position this process has given
+in it. (Start-time fair queueing: the head is the virtual time of the task being served.) Ordering is the same as
+starting at ``now × FAIR_RATE`` — such a task is claimed next either way — but the claim index then keeps
+its live entries after the ones claimed tasks left behind, which vacuum cannot remove while a long transaction
+pins the horizon; restarting below them would make every claim from a cursor step over them
+(:mod:`hearth.tasks.claim_cursor`).
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ class _Share:
 @dataclass(slots=True)
 class _Count:
     depth: int
+    lowest: int | None  # the lowest pending fair position when counted, lowered by the positions given since
     admitted: int  # every admission numbered up to this one is in ``depth``
     at: float  # monotonic time of the count
     valid_s: float
@@ -74,6 +83,7 @@ class AdmissionCounts:
 
     clock: Callable[[], float] = time.monotonic
     _counts: dict[str, _Count] = field(default_factory=dict)
+    _tops: dict[str, int] = field(default_factory=dict)  # per queue, the highest fair position this process gave
 
     def recent(self, queue: str) -> _Count | None:
         count = self._counts.get(queue)
@@ -81,6 +91,13 @@ class AdmissionCounts:
 
     def record(self, queue: str, count: _Count) -> None:
         self._counts[queue] = count
+
+    def top(self, queue: str) -> int | None:
+        return self._tops.get(queue)
+
+    def gave(self, queue: str, rows: list[dict[str, Any]]) -> None:
+        """``rows`` were given their positions in ``queue``."""
+        self._tops[queue] = max(self._tops.get(queue, -(2**62)), *(r["fair_seq"] for r in rows))
 
 
 async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *, now: float, limits: QueueLimits,
@@ -90,9 +107,11 @@ async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *
     (429, with the queue and the bound in ``details``)."""
     keys = sorted({r["fair_key"] for r in rows})
     if conn.dialect.name != "postgresql":
-        depth, pending = await _count(conn, queue, keys)
+        depth, pending, lowest = await _count(conn, queue, keys)
         _check_exactly(queue, rows, depth=depth, pending=pending, limits=limits)
-        _positions(rows, {k: seq for k, (_, seq) in pending.items()}, now=now)
+        _positions(rows, {k: seq for k, (_, seq) in pending.items()}, now=now, head=_head(lowest, queue, counts))
+        if counts is not None:
+            counts.gave(queue, rows)
         return
     lock = {"a": 0x4854, "b": zlib.crc32(queue.encode()) - 2**31}
     if counts is None:
@@ -105,28 +124,45 @@ async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *
         recent = counts.recent(queue)
         if recent is not None and await _admit_within_bound(conn, recent, queue, rows, keys=keys, first=int(first),
                                                             last=int(last), now=now, limits=limits):
+            counts.gave(queue, rows)
             return
     began = time.monotonic()
-    depth, pending = await _count(conn, queue, keys)
+    depth, pending, lowest = await _count(conn, queue, keys)
     took = time.monotonic() - began
     _check_exactly(queue, rows, depth=depth, pending=pending, limits=limits)
-    given = _positions(rows, {k: seq for k, (_, seq) in pending.items()}, now=now)
+    given = _positions(rows, {k: seq for k, (_, seq) in pending.items()}, now=now, head=_head(lowest, queue, counts))
     if counts is not None:
-        counts.record(queue, _Count(depth, int(first) - 1, counts.clock(), max(REFRESH_S, took / COUNT_SHARE), {
-            k: _Share(pending.get(k, (0, 0))[0], seq, int(first) - 1) for k, seq in given.items()}))
+        counts.gave(queue, rows)
+        lowest = min(r["fair_seq"] for r in rows) if lowest is None else min(lowest, *(r["fair_seq"] for r in rows))
+        counts.record(queue, _Count(depth, lowest, int(first) - 1, counts.clock(), max(REFRESH_S, took / COUNT_SHARE),
+                                    {k: _Share(pending.get(k, (0, 0))[0], seq, int(first) - 1)
+                                     for k, seq in given.items()}))
 
 
-async def _count(conn: AsyncConnection, queue: str, keys: list[str]) -> tuple[int, dict[str, tuple[int, int]]]:
-    """The queue's depth and, for ``keys``, (pending tasks, highest pending fair_seq): one pass on PostgreSQL."""
+def _head(lowest: int | None, queue: str, counts: AdmissionCounts | None) -> int | None:
+    """Where a key without pending tasks may start at the earliest: the lowest pending position, or in an empty
+    queue just after the highest position this process has given there (None: unknown)."""
+    if lowest is not None:
+        return lowest
+    top = counts.top(queue) if counts is not None else None
+    return None if top is None else top + 1
+
+
+async def _count(conn: AsyncConnection, queue: str,
+                 keys: list[str]) -> tuple[int, dict[str, tuple[int, int]], int | None]:
+    """The queue's depth, for ``keys`` (pending tasks, highest pending fair_seq), and the lowest pending fair_seq
+    (None if nothing is pending): one pass on PostgreSQL."""
     if conn.dialect.name == "postgresql":
         found = (await conn.execute(text(
-            "SELECT CASE WHEN fair_key = ANY(:keys) THEN fair_key END AS k, count(*), max(fair_seq) FROM tasks "
-            "WHERE queue = :q AND state IN ('queued', 'waiting') GROUP BY k"), {"q": queue, "keys": keys})).all()
-        return sum(int(n) for _, n, _ in found), {str(k): (int(n), int(m)) for k, n, m in found if k is not None}
+            "SELECT CASE WHEN fair_key = ANY(:keys) THEN fair_key END AS k, count(*), max(fair_seq), min(fair_seq) "
+            "FROM tasks WHERE queue = :q AND state IN ('queued', 'waiting') GROUP BY k"),
+            {"q": queue, "keys": keys})).all()
+        shares = {str(k): (int(n), int(m)) for k, n, m, _ in found if k is not None}
+        return sum(int(n) for _, n, _, _ in found), shares, min((int(low) for *_, low in found), default=None)
     pending_states = tasks.c.state.in_(("queued", "waiting"))
-    depth = (await conn.execute(select(func.count()).select_from(tasks)
-                                .where(tasks.c.queue == queue, pending_states))).scalar_one()
-    return int(depth), await _shares(conn, queue, keys)
+    depth, lowest = (await conn.execute(select(func.count(), func.min(tasks.c.fair_seq)).select_from(tasks)
+                                        .where(tasks.c.queue == queue, pending_states))).one()
+    return int(depth), await _shares(conn, queue, keys), None if lowest is None else int(lowest)
 
 
 async def _shares(conn: AsyncConnection, queue: str, keys: list[str]) -> dict[str, tuple[int, int]]:
@@ -150,13 +186,17 @@ async def _admit_within_bound(conn: AsyncConnection, count: _Count, queue: str, 
     missing = [k for k in keys if k not in count.keys]
     if missing:
         found = await _shares(conn, queue, missing)
+        start = max(int(now * FAIR_RATE), count.lowest if count.lowest is not None else -(2**62))
         for k in missing:
-            n, seq = found.get(k, (0, int(now * FAIR_RATE) - 1))
+            n, seq = found.get(k, (0, start - 1))
             count.keys[k] = _Share(n, seq, first - 1)
     if any(s.count + (last - s.admitted) > limits.max_per_key for s in (count.keys[k] for k in keys)):
         return False
-    for key, seq in _positions(rows, {k: count.keys[k].last for k in keys}, now=now).items():
+    given = _positions(rows, {k: count.keys[k].last for k in keys}, now=now, head=None)
+    for key, seq in given.items():
         count.keys[key].last = seq
+    lowest_given = min(r["fair_seq"] for r in rows)
+    count.lowest = lowest_given if count.lowest is None else min(count.lowest, lowest_given)
     return True
 
 
@@ -180,9 +220,10 @@ def _check_exactly(queue: str, rows: list[dict[str, Any]], *, depth: int, pendin
             raise _full(queue, "per_user", depth=count, limit=limits.max_per_key)
 
 
-def _positions(rows: list[dict[str, Any]], last: dict[str, int], *, now: float) -> dict[str, int]:
-    """Give each row its ``fair_seq`` after its key's ``last`` position; each key's last position afterwards."""
-    base = int(now * FAIR_RATE)
+def _positions(rows: list[dict[str, Any]], last: dict[str, int], *, now: float, head: int | None) -> dict[str, int]:
+    """Give each row its ``fair_seq`` after its key's ``last`` position, not before ``now × FAIR_RATE`` nor ``head``
+    (:func:`_head`); each key's last position afterwards."""
+    base = max(int(now * FAIR_RATE), head) if head is not None else int(now * FAIR_RATE)
     given: dict[str, int] = {}
     for row in rows:
         key = row["fair_key"]
