@@ -20,7 +20,7 @@ from hearth.settings import Settings
 from hearth.store.tables import tasks
 from hearth.tasks.admission import QueueLimits
 from hearth.tasks.notify import Wakeups
-from hearth.tasks.service import TaskService
+from hearth.tasks.service import Submission, TaskService
 from hearth.tasks.types import TaskContext, TaskType, TaskTypes
 from hearth.testing import task_types
 from hearth.testing.fake_clock import FakeClock
@@ -161,5 +161,35 @@ async def test_the_next_step_starts_when_the_task_ends_not_at_the_next_scheduler
         assert view["state"] == "succeeded", [(s["step_id"], s["state"]) for s in view["steps"]]
         assert rt.scheduler.passes == passes  # no scheduler pass moved it
         assert rt.run_waker is not None and rt.run_waker.passes >= 3
+    finally:
+        await rt.stop()
+
+
+async def test_tasks_of_no_run_end_without_a_pass_of_the_run_waker(tmp_path: Path, database_url: str,
+                                                                  fake: Any) -> None:
+    """A pass reads the ended tasks' rows to find their runs: tasks that belong to no run (their idempotency key
+    says so; the worker knows it from the claim) must not cost every task end a read of its row."""
+    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up"}])
+    settings = Settings(config=write_config(tmp_path / "hearth.yaml", registry), database_url=database_url,
+                        master_key=MASTER_KEY, scheduler_interval_s=60, task_poll_s=0.05, task_grace_s=1.0,
+                        task_modules=["hearth.testing.task_types:register"])
+    rt = await start_runtime(settings)
+    try:
+        assert rt.run_waker is not None
+        ended = asyncio.Event()
+        rt.tasks.service.wakeups.on_ended(lambda _ends: ended.set())
+        subs = [Submission("test.noop", {}, caller="app", idempotency_key=key) for key in (None, "order-17")]
+        await rt.tasks.service.submit(subs)
+        rows: list[Any] = []
+        for _ in range(200):
+            rows = (await rt.tasks.service.listing(caller="app", limit=10))[0]
+            if rows and all(r["state"] == "succeeded" for r in rows):
+                break
+            await asyncio.sleep(0.05)  # polling the tasks' progress, not waiting for a window
+        assert [r["state"] for r in rows] == ["succeeded", "succeeded"]
+        await asyncio.wait_for(ended.wait(), 5)
+        await asyncio.sleep(0.05)  # the waker lingers 5 ms before a pass: give it ten times that
+        assert rt.run_waker.passes == 0
     finally:
         await rt.stop()

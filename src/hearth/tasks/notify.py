@@ -13,12 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from hearth.observability.logging import get_logger
 from hearth.tasks.claim_cursor import ClaimKey
 from hearth.tasks.queue import CANCEL_CHANNEL, NOTIFY_CHANNEL, read_notice
 
 log = get_logger("hearth.tasks.notify")
+
+
+class Ended(NamedTuple):
+    """A task whose end a worker has written: its id and idempotency key (a workflow step's names its run)."""
+
+    task_id: str
+    idempotency_key: str | None
 
 
 class Wakeups:
@@ -28,7 +36,7 @@ class Wakeups:
         self._queues: dict[str, list[asyncio.Event]] = {}
         self._news: dict[asyncio.Event, Callable[[ClaimKey | None], None]] = {}
         self._cancel_hooks: list[Callable[[str], None]] = []
-        self._ended_hooks: list[Callable[[Sequence[str]], None]] = []
+        self._ended_hooks: list[Callable[[Sequence[Ended]], None]] = []
 
     def subscribe(self, queue: str, *, on_news: Callable[[ClaimKey | None], None] | None = None) -> asyncio.Event:
         """An event set whenever ``queue`` has news; ``on_news`` is told the lowest claim key queued, if known
@@ -66,14 +74,14 @@ class Wakeups:
         for hook in self._cancel_hooks:
             hook(task_id)
 
-    def on_ended(self, hook: Callable[[Sequence[str]], None]) -> None:
-        """Call ``hook`` with the ids of tasks a worker of this process has just written an end for (terminal,
+    def on_ended(self, hook: Callable[[Sequence[Ended]], None]) -> None:
+        """Call ``hook`` with the tasks a worker of this process has just written an end for (terminal,
         committed) — e.g. for the workflow engine to start a run's next step at once."""
         self._ended_hooks.append(hook)
 
-    def ended(self, task_ids: Sequence[str]) -> None:
+    def ended(self, ends: Sequence[Ended]) -> None:
         for hook in self._ended_hooks:
-            hook(task_ids)
+            hook(ends)
 
 
 def asyncpg_dsn(database_url: str) -> str:

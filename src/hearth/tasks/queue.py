@@ -43,7 +43,8 @@ _CLAIM_SET = ("state = 'running', attempt = attempt + 1, worker = :worker, lease
               "started_at = :now, updated_at = :now")
 _ORDER = "ORDER BY priority DESC, fair_seq, created_at, id LIMIT :n"
 CLAIMED = ("id", "task_type", "queue", "attempt", "max_attempts", "payload", "caller", "tenant", "end_user",
-           "request_id", "priority", "fair_seq", "callback_url", "repeat_safe", "started_at", "trace_parent")
+           "request_id", "priority", "fair_seq", "callback_url", "repeat_safe", "started_at", "trace_parent",
+           "idempotency_key")
 
 
 def fair_key(caller: str, tenant: str | None, end_user: str | None) -> str:

@@ -63,6 +63,7 @@ class TaskRecord:
     priority: int
     callback_url: str | None = None
     trace_parent: str | None = None  # the submitting span's W3C traceparent (tracing on): the task's span links it
+    idempotency_key: str | None = None
 
 
 class TaskContext:

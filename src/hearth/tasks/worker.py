@@ -45,7 +45,7 @@ from hearth.store.db import stop_writer_task, write_transaction
 from hearth.tasks import queue as task_queue
 from hearth.tasks.admission import count_requeued
 from hearth.tasks.claim_cursor import ClaimCursor
-from hearth.tasks.notify import PgListener, Wakeups
+from hearth.tasks.notify import Ended, PgListener, Wakeups
 from hearth.tasks.retry import DEFAULT_POLICY, RetryPolicy, as_hearth_error, decide
 from hearth.tasks.states import TERMINAL
 from hearth.tasks.terminal import TerminalRules, after_moves, follows_up
@@ -272,6 +272,7 @@ class _QueueRunner:
         self.claiming = True
         self._done: list[Move] = []
         self._plain: set[str] = set()  # tasks in _done that succeeded with no follow-up (terminal.follows_up)
+        self._keys: dict[str, str] = {}  # the idempotency keys of tasks in _done that have one (for Wakeups.ended)
         self._progress: dict[str, TaskContext] = {}
         self._progress_since: dict[str, float] = {}  # loop time of each task's first unwritten report
         self._loops: list[asyncio.Task[None]] = []
@@ -434,7 +435,8 @@ class _QueueRunner:
                     if m.to == "queued" and m.values and "run_after" in m.values:
                         self.cursor.due_at(float(m.values["run_after"]))
             self.worker.wakeups.poke(self.queue)
-        ended = [m.task_id for m in done if m.to in TERMINAL]
+        keys = {m.task_id: self._keys.pop(m.task_id, None) for m in done}
+        ended = [Ended(m.task_id, keys[m.task_id]) for m in done if m.to in TERMINAL]
         if ended:
             self.worker.wakeups.ended(ended)
 
@@ -446,7 +448,7 @@ class _QueueRunner:
                             max_attempts=row["max_attempts"], payload=row["payload"], caller=row["caller"],
                             tenant=row["tenant"], end_user=row["end_user"], request_id=row["request_id"],
                             priority=row["priority"], callback_url=row["callback_url"],
-                            trace_parent=row["trace_parent"])
+                            trace_parent=row["trace_parent"], idempotency_key=row["idempotency_key"])
         loop = asyncio.get_running_loop()
         soft = loop.time() + ttype.soft_time_limit_s if ttype.soft_time_limit_s else None
         ctx = TaskContext(record, w.services, report=self._report, soft_deadline=soft,
@@ -537,6 +539,8 @@ class _QueueRunner:
             self.wake.set()
             if move is not None:
                 self._done.append(move)
+                if ctx.task.idempotency_key is not None:
+                    self._keys[move.task_id] = ctx.task.idempotency_key
                 if move.to == "succeeded" and not follows_up(move.to, attempt=ctx.task.attempt,
                                                               callback_url=ctx.task.callback_url):
                     self._plain.add(move.task_id)

@@ -15,6 +15,8 @@ import contextlib
 from collections.abc import Sequence
 
 from hearth.observability.logging import get_logger
+from hearth.tasks.notify import Ended
+from hearth.workflows.run_steps import run_of_key
 from hearth.workflows.runs import RunService
 
 log = get_logger("hearth.workflow_runs")
@@ -26,16 +28,19 @@ class RunWaker:
     def __init__(self, runs: RunService, *, linger_s: float = LINGER_S) -> None:
         self._runs = runs
         self._linger_s = linger_s
-        self._ended: set[str] = set()
+        self._runs_ended: set[str] = set()  # runs with a step's task ended since the last pass
         self._news = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
 
-    def tasks_ended(self, task_ids: Sequence[str]) -> None:
-        """A worker of this process wrote these tasks' ends (called from its loop; never blocks)."""
-        self._ended.update(task_ids)
-        self._news.set()
+    def tasks_ended(self, ends: Sequence[Ended]) -> None:
+        """A worker of this process wrote these tasks' ends (called from its loop; never blocks). A task's
+        idempotency key names the run whose step submitted it; tasks of no run are no news."""
+        runs = {run for run in (run_of_key(e.idempotency_key) for e in ends) if run is not None}
+        if runs:
+            self._runs_ended.update(runs)
+            self._news.set()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="workflow-run-waker")
@@ -47,12 +52,12 @@ class RunWaker:
                 break
             await asyncio.sleep(self._linger_s)
             self._news.clear()
-            ended, self._ended = self._ended, set()
+            runs, self._runs_ended = self._runs_ended, set()
             try:
-                await self._runs.advance_for_tasks(sorted(ended))
+                await self._runs.advance_runs(sorted(runs))
                 self.passes += 1
             except Exception as exc:  # the scheduler's next pass decides what this one could not
-                log.warning("workflow_run_wake_failed", tasks=len(ended), error=type(exc).__name__)
+                log.warning("workflow_run_wake_failed", runs=len(runs), error=type(exc).__name__)
 
     async def stop(self) -> None:
         """Let the pass in progress end (never cancelled mid-transaction), then stop."""

@@ -46,7 +46,7 @@ from hearth.workflows.definitions import WaitStep, WorkflowDefinition
 from hearth.workflows.reviews import ReviewService
 from hearth.workflows.run_pass import Pass, drive
 from hearth.workflows.run_plan import ENDED, RunPlan
-from hearth.workflows.run_steps import RunSteps, run_of_key
+from hearth.workflows.run_steps import RunSteps
 
 log = get_logger("hearth.workflow_runs")
 
@@ -123,10 +123,8 @@ class RunService:
                 break
         return seen
 
-    async def advance_for_tasks(self, task_ids: Sequence[str]) -> None:
-        """Move on the runs whose steps these tasks are (tasks of no run are ignored)."""
-        runs = {run_of_key(t.get("idempotency_key")) for t in (await self.tasks.get_many(task_ids)).values()}
-        run_ids = sorted(r for r in runs if r)
+    async def advance_runs(self, run_ids: Sequence[str]) -> None:
+        """Move these runs on (one pass each, together), e.g. because a task of one of their steps ended."""
         if run_ids:
             async with self._passing:
                 await self._advance_many(run_ids)
