@@ -115,6 +115,32 @@ async def test_a_commit_not_seen_within_the_commit_timeout_is_not_durable(postgr
         await engine.dispose()
 
 
+async def test_every_reservation_behind_a_stuck_commit_times_out_on_its_own(postgres_url: str) -> None:
+    """The first reservation's commit hangs on a lock; the second waits for the next commit, which cannot start:
+    each is refused (not durable) once its own timeout has passed, neither before."""
+    engine = create_engine(postgres_url)
+    await migrate(engine)
+    ledger = BudgetLedger(engine, MemoryState(), commit_timeout_s=0.3)
+    try:
+        async with engine.connect() as other:
+            await other.execute(text("LOCK TABLE budget_ledger IN ACCESS EXCLUSIVE MODE"))
+
+            async def reserve(call_id: str, after_s: float) -> float:
+                await asyncio.sleep(after_s)
+                began = time.monotonic()
+                with pytest.raises(ReservationNotDurable) as refused:
+                    await ledger.reserve(call_id, (Charge("daily", daily_key(), 7),), deadline=began + 5)
+                assert refused.value.uncertain
+                return time.monotonic() - began
+
+            waited = await asyncio.gather(reserve("first", 0), reserve("second", 0.1))
+            assert all(0.3 <= w < 3 for w in waited), waited
+            await other.rollback()
+        await ledger.stop()
+    finally:
+        await engine.dispose()
+
+
 async def test_a_rebuild_counts_a_reservation_committed_just_after_the_loss(
         engine: AsyncEngine, redis_prefix: str) -> None:
     state = RedisState(REDIS_URL, redis_prefix)
