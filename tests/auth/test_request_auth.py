@@ -181,6 +181,19 @@ async def test_missing_signature_headers_are_refused(fake, hearth_server, http):
     assert (await _post(http, server, body, {**AUTH, **full})).status_code == 200  # none of that burnt the nonce
 
 
+async def test_a_signing_header_sent_twice_is_refused_even_when_one_copy_is_right(fake, hearth_server, http):
+    server = hearth_server(_signing_registry(fake))
+    body = _raw()
+    full = signed_headers(SIGNING_KEY, "POST", server.base_url + PATH, body)
+    for name in full:
+        headers = [*AUTH.items(), *full.items(), (name, full[name])]  # the same value again
+        r = await http.post(server.base_url + PATH, content=body,
+                            headers=[*headers, ("content-type", "application/json")])
+        assert name in _refused(r, 401, "signature_required")["message"]
+    assert fake.stats.requests == 0
+    assert (await _post(http, server, body, {**AUTH, **full})).status_code == 200  # the nonce was not burnt
+
+
 async def test_a_caller_without_require_signature_passes_unsigned(fake, hearth_server, http):
     registry = _signing_registry(fake)
     registry["callers"].append({"name": "relaxed", "key": "relaxed-key-456", "signing_key": "relaxed-signing-key-1"})

@@ -97,10 +97,15 @@ async def check_signature(caller: Caller, scope: Mapping[str, Any], body: bytes,
     # Only the signing headers, in one pass over the raw list: verify_request looks each one up by
     # scanning, and decoding every header of the request three times was a visible share of a
     # signed call's cost. Repeats are kept (as Headers), so a doubled header is still refused.
-    raw = [(k, v) for k, v in scope["headers"] if k in _SIGNING_HEADERS]
-    signing: Mapping[str, str] = (
-        {k.decode("latin-1"): v.decode("latin-1") for k, v in raw} if len({k for k, _ in raw}) == len(raw)
-        else Headers(raw=raw))
+    found: dict[str, str] = {}
+    signing: Mapping[str, str] = found
+    for k, v in scope["headers"]:
+        if k in _SIGNING_HEADERS:
+            name = k.decode("latin-1")
+            if name in found:  # repeated: as Headers, which keeps every value (and verify_request refuses)
+                signing = Headers(raw=[(k, v) for k, v in scope["headers"] if k in _SIGNING_HEADERS])
+                break
+            found[name] = v.decode("latin-1")
     try:
         await verify_request(key=key, method=scope["method"], path_with_query=raw_path_with_query(scope), body=body,
                              headers=signing, claim_nonce=defer, window_s=settings.signature_window_s,

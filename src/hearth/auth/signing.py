@@ -144,6 +144,15 @@ def canonical_string(method: str, path_with_query: str, body: bytes, timestamp: 
     the header syntax. Raises ``ValueError`` for anything that cannot appear in a valid request, which
     also rules out a ``"\\n"`` inside a field shifting the field boundaries.
     """
+    _check_method_and_target(method, path_with_query)
+    if not _TIMESTAMP_RE.fullmatch(timestamp):
+        raise ValueError("timestamp must be unix seconds as decimal digits")
+    if not _NONCE_RE.fullmatch(nonce):
+        raise ValueError("nonce must be 8-128 characters of [A-Za-z0-9_-]")
+    return "\n".join((method.upper(), path_with_query, sha256_hex(_body_bytes(body)), timestamp, nonce))
+
+
+def _check_method_and_target(method: str, path_with_query: str) -> None:
     if not _METHOD_RE.fullmatch(method):
         raise ValueError(f"method {method!r} is not an HTTP method token")
     if not _TARGET_RE.fullmatch(path_with_query):
@@ -152,11 +161,6 @@ def canonical_string(method: str, path_with_query: str, body: bytes, timestamp: 
         )
     if path_with_query.endswith("?") and path_with_query.count("?") == 1:
         raise ValueError("path_with_query must not end with an empty '?': an empty query is omitted with its '?'")
-    if not _TIMESTAMP_RE.fullmatch(timestamp):
-        raise ValueError("timestamp must be unix seconds as decimal digits")
-    if not _NONCE_RE.fullmatch(nonce):
-        raise ValueError("nonce must be 8-128 characters of [A-Za-z0-9_-]")
-    return "\n".join((method.upper(), path_with_query, sha256_hex(_body_bytes(body)), timestamp, nonce))
 
 
 def sign(key: str | bytes, method: str, path_with_query: str, body: bytes, *, timestamp: str, nonce: str) -> str:
@@ -328,11 +332,13 @@ async def verify_request(
 
     body_raw = _body_bytes(body)
     try:
-        canonical = canonical_string(method, path_with_query, body_raw, timestamp, nonce=nonce)
+        _check_method_and_target(method, path_with_query)  # timestamp and nonce: checked above
     except ValueError as exc:
         raise SignatureError("signature_invalid", f"the request cannot carry a valid signature: {exc}") from None
-    expected = hmac.new(key_raw, canonical.encode("utf-8"), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signature):
+    canonical = "\n".join((method.upper(), path_with_query, sha256_hex(body_raw), timestamp, nonce))
+    # one-shot HMAC in C (hmac.new builds a Python object around it); the signature's syntax is checked above
+    expected = hmac.digest(key_raw, canonical.encode("utf-8"), "sha256")
+    if not hmac.compare_digest(expected, bytes.fromhex(signature)):
         raise SignatureError(
             "signature_invalid",
             "X-Signature does not match the request as received; compare your canonical string with details",
