@@ -131,19 +131,26 @@ async def test_a_batch_writes_each_run_whole_or_not_at_all(engine: AsyncEngine) 
     assert [after[b][1][s]["task_id"] for s in ("x", "y")] == ["batch-x", "batch-y"]
 
 
+def _slow_scheduler(tmp_path: Path, database_url: str, fake: Any, *,
+                    workflows: list[dict[str, Any]] | None = None) -> Settings:
+    """A runtime's settings whose scheduler passes once a minute (its first pass is at start), with the test task
+    types and, optionally, workflows."""
+    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
+                                  "upstream_model": "up"}])
+    if workflows is not None:
+        registry["workflows"] = workflows
+    return Settings(config=write_config(tmp_path / "hearth.yaml", registry), database_url=database_url,
+                    master_key=MASTER_KEY, scheduler_interval_s=60, task_poll_s=0.05, task_grace_s=1.0,
+                    task_modules=["hearth.testing.task_types:register"])
+
+
 async def test_the_next_step_starts_when_the_task_ends_not_at_the_next_scheduler_pass(
         tmp_path: Path, database_url: str, fake: Any) -> None:
     """The scheduler passes once a minute here: a 4-step run ends in seconds only if each task's end, written by
     this process's worker, moves its run on at once."""
-    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
-                                  "upstream_model": "up"}])
-    registry["workflows"] = [{"name": "four", "steps": [
+    rt = await start_runtime(_slow_scheduler(tmp_path, database_url, fake, workflows=[{"name": "four", "steps": [
         {"id": f"s{i}", "kind": "task", "task_type": "test.noop", **({"needs": [f"s{i - 1}"]} if i else {})}
-        for i in range(4)]}]
-    settings = Settings(config=write_config(tmp_path / "hearth.yaml", registry), database_url=database_url,
-                        master_key=MASTER_KEY, scheduler_interval_s=60, task_poll_s=0.05, task_grace_s=1.0,
-                        task_modules=["hearth.testing.task_types:register"])
-    rt = await start_runtime(settings)
+        for i in range(4)]}]))
     try:
         assert rt.scheduler is not None
         for _ in range(100):  # the scheduler's first pass (at start) is over: the next is a minute away
@@ -169,12 +176,7 @@ async def test_tasks_of_no_run_end_without_a_pass_of_the_run_waker(tmp_path: Pat
                                                                   fake: Any) -> None:
     """A pass reads the ended tasks' rows to find their runs: tasks that belong to no run (their idempotency key
     says so; the worker knows it from the claim) must not cost every task end a read of its row."""
-    registry = gateway_registry([{"name": "a", "provider": "openai-like", "base_url": fake.base_url,
-                                  "upstream_model": "up"}])
-    settings = Settings(config=write_config(tmp_path / "hearth.yaml", registry), database_url=database_url,
-                        master_key=MASTER_KEY, scheduler_interval_s=60, task_poll_s=0.05, task_grace_s=1.0,
-                        task_modules=["hearth.testing.task_types:register"])
-    rt = await start_runtime(settings)
+    rt = await start_runtime(_slow_scheduler(tmp_path, database_url, fake))
     try:
         assert rt.run_waker is not None
         ended = asyncio.Event()
