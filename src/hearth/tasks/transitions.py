@@ -16,6 +16,7 @@ SQLite (in-process, no round trips) one UPDATE per move.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Table, bindparam, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.elements import BindParameter, TextClause
 
 from hearth.store.tables import task_attempts, task_events, tasks
 from hearth.tasks.states import ALLOWED_FROM, TERMINAL, IllegalTransition
@@ -138,22 +139,32 @@ async def apply_now(engine: AsyncEngine, moves: Sequence[Move], *, now: float) -
         return await apply_in_one_statement(conn, moves, now=now)
 
 
-async def _update_recorded(conn: AsyncConnection, group: list[Move], *, to: str, columns: tuple[str, ...], now: float,
-                           only_from: frozenset[str] | None) -> list[Moved]:
+_EXTRA = {"e_progress": "int", "e_step": "text", "e_detail": "text", "w_worker": "text", "w_started": "float8",
+          "w_outcome": "text", "w_code": "text", "w_message": "text"}
+
+
+@functools.lru_cache(maxsize=256)
+def _update_recorded_sql(to: str, columns: tuple[str, ...], only_from: frozenset[str] | None) -> TextClause:
+    """The statement of :func:`_update_recorded` for one shape of move (built and parsed once: a worker writes the
+    same few shapes all the time)."""
     names = ["id", "attempt", *columns]
     arrays = [f"CAST(:a_{n} AS {_array_type(n)}[])" for n in names]
-    extra = {"e_progress": "int", "e_step": "text", "e_detail": "text", "w_worker": "text", "w_started": "float8",
-             "w_outcome": "text", "w_code": "text", "w_message": "text"}
-    arrays += [f"CAST(:{n} AS {t}[])" for n, t in extra.items()]
-    returned = ", ".join([*(f"t.{c}" for c in RETURNED), *(f"v.{n}" for n in extra)])
-    sql = (f"WITH moved AS (UPDATE tasks AS t SET {_set_clause(columns, 'v.')} FROM unnest({', '.join(arrays)}) "
-           f"AS v({', '.join([*names, *extra])}) WHERE t.id = v.id AND t.id = ANY(:a_id) "
-           f"AND t.state IN ({_from_states(to, only_from)}) AND t.attempt = v.attempt RETURNING {returned}), "
-           "ev AS (INSERT INTO task_events (task_id, at, kind, state, attempt, progress, step, detail) "
-           "SELECT id, :now, 'state', :to, attempt, e_progress, e_step, CAST(e_detail AS json) FROM moved), "
-           "att AS (INSERT INTO task_attempts (task_id, attempt, worker, started_at, finished_at, outcome, error_code, "
-           "error_message) SELECT id, attempt, w_worker, w_started, :now, w_outcome, w_code, w_message FROM moved "
-           f"WHERE w_outcome IS NOT NULL) SELECT {', '.join(RETURNED)} FROM moved")
+    arrays += [f"CAST(:{n} AS {t}[])" for n, t in _EXTRA.items()]
+    returned = ", ".join([*(f"t.{c}" for c in RETURNED), *(f"v.{n}" for n in _EXTRA)])
+    return text(
+        f"WITH moved AS (UPDATE tasks AS t SET {_set_clause(columns, 'v.')} FROM unnest({', '.join(arrays)}) "
+        f"AS v({', '.join([*names, *_EXTRA])}) WHERE t.id = v.id AND t.id = ANY(:a_id) "
+        f"AND t.state IN ({_from_states(to, only_from)}) AND t.attempt = v.attempt RETURNING {returned}), "
+        "ev AS (INSERT INTO task_events (task_id, at, kind, state, attempt, progress, step, detail) "
+        "SELECT id, :now, 'state', :to, attempt, e_progress, e_step, CAST(e_detail AS json) FROM moved), "
+        "att AS (INSERT INTO task_attempts (task_id, attempt, worker, started_at, finished_at, outcome, error_code, "
+        "error_message) SELECT id, attempt, w_worker, w_started, :now, w_outcome, w_code, w_message FROM moved "
+        f"WHERE w_outcome IS NOT NULL) SELECT {', '.join(RETURNED)} FROM moved")
+
+
+async def _update_recorded(conn: AsyncConnection, group: list[Move], *, to: str, columns: tuple[str, ...], now: float,
+                           only_from: frozenset[str] | None) -> list[Moved]:
+    sql = _update_recorded_sql(to, columns, only_from)
     events = [_event(m, m.attempt or 0, now) for m in group]
     attempts = [_attempt_row(m, m.attempt or 0, now) if m.ended is not None else None for m in group]
     params: dict[str, Any] = {
@@ -166,7 +177,7 @@ async def _update_recorded(conn: AsyncConnection, group: list[Move], *, to: str,
     for col in columns:
         is_json = type(tasks.c[col].type).__name__ == "JSON"
         params[f"a_{col}"] = [_json_text(m.values[col]) if is_json else m.values[col] for m in group]
-    rows = (await conn.execute(text(sql), params)).mappings().all()
+    rows = (await conn.execute(sql, params)).mappings().all()
     by_id = {m.task_id: m for m in group}
     return [Moved(by_id[r["id"]], r) for r in rows]
 
