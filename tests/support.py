@@ -175,11 +175,13 @@ class StateTime:
             await self.elapse(left + 0.01)
 
 
-async def request_log_row(http: Any, server: Any, request_id: str) -> dict[str, Any]:
+async def request_log_row(http: Any, server: Any, request_id: str, *, route: str | None = None) -> dict[str, Any]:
     """The request-log row of one request, through the admin API (logs are written asynchronously:
-    poll up to 3 s)."""
+    poll up to 3 s). A capability call writes two rows under one request id, its model call's (``chat``) and
+    its own (``capability``), in batches that may commit apart: name the ``route`` to wait for the one wanted."""
+    params = {"request_id": request_id, **({"route": route} if route is not None else {})}
     for _ in range(60):
-        items = (await http.get(server.base_url + "/api/v1/request-logs", params={"request_id": request_id},
+        items = (await http.get(server.base_url + "/api/v1/request-logs", params=params,
                                 headers=ADMIN)).json()["data"]["items"]
         if items:
             return dict(items[0])

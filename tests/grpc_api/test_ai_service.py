@@ -98,7 +98,7 @@ async def test_a_capability_call_runs_the_capability_service(fake, grpc_hearth, 
     assert response.data["summary"] == response.text and response.data["prompt_code"] == "summary"
     assert response.usage.completion_tokens == 20
     assert "Hearth is a service" in orjson.dumps(fake.stats.last_body["messages"]).decode()
-    row = await request_log_row(http, door.server, response.request_id)
+    row = await request_log_row(http, door.server, response.request_id, route="capability")
     assert (row["route"], row["capability"], row["status"]) == ("capability", "summarize", 200)
 
 
