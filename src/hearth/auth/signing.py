@@ -149,7 +149,11 @@ def canonical_string(method: str, path_with_query: str, body: bytes, timestamp: 
         raise ValueError("timestamp must be unix seconds as decimal digits")
     if not _NONCE_RE.fullmatch(nonce):
         raise ValueError("nonce must be 8-128 characters of [A-Za-z0-9_-]")
-    return "\n".join((method.upper(), path_with_query, sha256_hex(_body_bytes(body)), timestamp, nonce))
+    return _joined(method, path_with_query, _body_bytes(body), timestamp, nonce)
+
+
+def _joined(method: str, path_with_query: str, body: bytes, timestamp: str, nonce: str) -> str:
+    return "\n".join((method.upper(), path_with_query, sha256_hex(body), timestamp, nonce))
 
 
 def _check_method_and_target(method: str, path_with_query: str) -> None:
@@ -335,7 +339,7 @@ async def verify_request(
         _check_method_and_target(method, path_with_query)  # timestamp and nonce: checked above
     except ValueError as exc:
         raise SignatureError("signature_invalid", f"the request cannot carry a valid signature: {exc}") from None
-    canonical = "\n".join((method.upper(), path_with_query, sha256_hex(body_raw), timestamp, nonce))
+    canonical = _joined(method, path_with_query, body_raw, timestamp, nonce)
     # one-shot HMAC in C (hmac.new builds a Python object around it); the signature's syntax is checked above
     expected = hmac.digest(key_raw, canonical.encode("utf-8"), "sha256")
     if not hmac.compare_digest(expected, bytes.fromhex(signature)):

@@ -53,12 +53,7 @@ class CallerGrant:
     def take_preadmitted(self, model: Model) -> Admitted | None:
         """The pre-admitted endpoint if it serves ``model`` (once; later attempts admit normally)."""
         pre = self.preadmitted
-        if pre is None:
-            return None
-        for ep in model.endpoints:
-            if ep is pre.endpoint:
-                break
-        else:
+        if pre is None or not any(ep is pre.endpoint for ep in model.endpoints):
             return None
         self.preadmitted = None
         return pre

@@ -49,6 +49,7 @@ LOW_PRIORITY = 0  # tasks below this priority are refused first when a queue pas
 REFRESH_S = 1.0  # the oldest an exact count is used for, while counting is quick
 COUNT_SHARE = 0.05  # the most of the time exact counts may take, once they have become slow (a pinned horizon)
 SEQUENCE = "task_admissions"
+_NONE = -(2**62)  # a key's last position when it has none pending: below every position
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ class AdmissionCounts:
 
     def gave(self, queue: str, rows: list[dict[str, Any]]) -> None:
         """``rows`` were given their positions in ``queue``."""
-        self._tops[queue] = max(self._tops.get(queue, -(2**62)), *(r["fair_seq"] for r in rows))
+        self._tops[queue] = max(self._tops.get(queue, _NONE), *(r["fair_seq"] for r in rows))
 
 
 async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *, now: float, limits: QueueLimits,
@@ -133,8 +134,8 @@ async def admit(conn: AsyncConnection, queue: str, rows: list[dict[str, Any]], *
     given = _positions(rows, {k: seq for k, (_, seq) in pending.items()}, now=now, head=_head(lowest, queue, counts))
     if counts is not None:
         counts.gave(queue, rows)
-        lowest = min(r["fair_seq"] for r in rows) if lowest is None else min(lowest, *(r["fair_seq"] for r in rows))
-        counts.record(queue, _Count(depth, lowest, int(first) - 1, counts.clock(), max(REFRESH_S, took / COUNT_SHARE),
+        counts.record(queue, _Count(depth, _lowest(lowest, rows), int(first) - 1, counts.clock(),
+                                    max(REFRESH_S, took / COUNT_SHARE),
                                     {k: _Share(pending.get(k, (0, 0))[0], seq, int(first) - 1)
                                      for k, seq in given.items()}))
 
@@ -186,18 +187,21 @@ async def _admit_within_bound(conn: AsyncConnection, count: _Count, queue: str, 
     missing = [k for k in keys if k not in count.keys]
     if missing:
         found = await _shares(conn, queue, missing)
-        start = max(int(now * FAIR_RATE), count.lowest if count.lowest is not None else -(2**62))
         for k in missing:
-            n, seq = found.get(k, (0, start - 1))
+            n, seq = found.get(k, (0, _NONE))
             count.keys[k] = _Share(n, seq, first - 1)
     if any(s.count + (last - s.admitted) > limits.max_per_key for s in (count.keys[k] for k in keys)):
         return False
-    given = _positions(rows, {k: count.keys[k].last for k in keys}, now=now, head=None)
-    for key, seq in given.items():
+    for key, seq in _positions(rows, {k: count.keys[k].last for k in keys}, now=now, head=count.lowest).items():
         count.keys[key].last = seq
-    lowest_given = min(r["fair_seq"] for r in rows)
-    count.lowest = lowest_given if count.lowest is None else min(count.lowest, lowest_given)
+    count.lowest = _lowest(count.lowest, rows)
     return True
+
+
+def _lowest(lowest: int | None, rows: list[dict[str, Any]]) -> int:
+    """The lowest pending position once ``rows`` (just given theirs) are pending too."""
+    given = min(int(r["fair_seq"]) for r in rows)
+    return given if lowest is None else min(lowest, given)
 
 
 def _check_exactly(queue: str, rows: list[dict[str, Any]], *, depth: int, pending: dict[str, tuple[int, int]],
