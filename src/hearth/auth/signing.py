@@ -149,10 +149,10 @@ def canonical_string(method: str, path_with_query: str, body: bytes, timestamp: 
         raise ValueError("timestamp must be unix seconds as decimal digits")
     if not _NONCE_RE.fullmatch(nonce):
         raise ValueError("nonce must be 8-128 characters of [A-Za-z0-9_-]")
-    return _joined(method, path_with_query, _body_bytes(body), timestamp, nonce)
+    return _joined(method, path_with_query, _body_bytes(body), timestamp=timestamp, nonce=nonce)
 
 
-def _joined(method: str, path_with_query: str, body: bytes, timestamp: str, nonce: str) -> str:
+def _joined(method: str, path_with_query: str, body: bytes, *, timestamp: str, nonce: str) -> str:
     return "\n".join((method.upper(), path_with_query, sha256_hex(body), timestamp, nonce))
 
 
@@ -339,7 +339,7 @@ async def verify_request(
         _check_method_and_target(method, path_with_query)  # timestamp and nonce: checked above
     except ValueError as exc:
         raise SignatureError("signature_invalid", f"the request cannot carry a valid signature: {exc}") from None
-    canonical = _joined(method, path_with_query, body_raw, timestamp, nonce)
+    canonical = _joined(method, path_with_query, body_raw, timestamp=timestamp, nonce=nonce)
     # one-shot HMAC in C (hmac.new builds a Python object around it); the signature's syntax is checked above
     expected = hmac.digest(key_raw, canonical.encode("utf-8"), "sha256")
     if not hmac.compare_digest(expected, bytes.fromhex(signature)):
