@@ -27,6 +27,7 @@ from hearth.auth.signing import (
     SIGNATURE_ERROR_CODES,
     SignatureError,
     canonical_string,
+    hmac_sha256,
     raw_path_with_query,
     sha256_hex,
     sign,
@@ -122,6 +123,15 @@ async def test_documented_vector(vector: dict[str, str]) -> None:
     headers = {"X-Timestamp": vector["timestamp"], "X-Nonce": vector["nonce"], "X-Signature": vector["signature"]}
     await verify(headers, NonceStore(), method=vector["method"], path=vector["path_with_query"], body=body,
                  key=vector["key"], now=int(vector["timestamp"]))
+
+
+@pytest.mark.parametrize("key_len", [1, 24, 63, 64, 65, 200])
+def test_hmac_with_cached_pads_equals_the_standard_hmac(key_len: int) -> None:
+    """Keys shorter than, equal to and longer than SHA-256's block (a long key is hashed first, RFC 2104)."""
+    key = bytes((7 * i + key_len) % 256 for i in range(key_len))
+    for message in (b"", b"POST\n/v1/chat/completions\n" + b"x" * 300):
+        assert hmac_sha256(key, message) == hmac.digest(key, message, "sha256")
+        assert hmac_sha256(key, message) == hmac.digest(key, message, "sha256")  # a second time, from the cache
 
 
 def test_method_is_upper_cased() -> None:
