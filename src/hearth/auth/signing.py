@@ -297,7 +297,7 @@ def hmac_sha256(key: bytes, message: bytes) -> bytes:
 
 
 @functools.lru_cache(maxsize=1024)
-def _pad_states(key: bytes) -> tuple[Any, Any]:
+def _pad_states(key: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
     """SHA-256 states that have absorbed ``key``'s inner and outer pad (RFC 2104 §2), one pair per key.
     The cache holds key-derived state in memory only, as the registry holds the keys themselves."""
     if len(key) > _BLOCK:
