@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from hearth.api.http_protocol import uvicorn_http_options
 from hearth.app import create_asgi, fastapi_app
 from hearth.runtime import Runtime
 from hearth.settings import Settings
@@ -82,7 +83,8 @@ class HearthServerThread:
         self.asgi = create_asgi(self.settings)
         self.app = fastapi_app(self.asgi)
         config = uvicorn.Config(self.asgi, host="127.0.0.1", port=self.port, log_config=None,
-                                access_log=False, lifespan="on", timeout_graceful_shutdown=2)
+                                access_log=False, lifespan="on", timeout_graceful_shutdown=2,
+                                **uvicorn_http_options())  # the HTTP protocol `hearth serve` runs
         self._server = _PromptServer(config)
         self._thread: threading.Thread | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
