@@ -126,7 +126,7 @@ async def test_documented_vector(vector: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize("key_len", [1, 24, 63, 64, 65, 200])
-def test_hmac_with_cached_pads_equals_the_standard_hmac(key_len: int) -> None:
+def test_hmac_from_a_cached_keyed_context_equals_the_standard_hmac(key_len: int) -> None:
     """Keys shorter than, equal to and longer than SHA-256's block (a long key is hashed first, RFC 2104)."""
     key = bytes((7 * i + key_len) % 256 for i in range(key_len))
     for message in (b"", b"POST\n/v1/chat/completions\n" + b"x" * 300):
