@@ -355,3 +355,23 @@ def start_redis_server(log_path: Path, *extra: str, port: int | None = None,
         if time.monotonic() >= deadline:
             raise TimeoutError(f"redis-server did not start (port {chosen}): {log.read_text(errors='replace')[-500:]}")
         time.sleep(0.02)
+
+
+async def send_raw_request(port: int, request: bytes, *, dribble: int = 0) -> bytes:
+    """Send ``request`` (in ``dribble``-byte writes if set) and return the status line, or b"" if cut."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        if dribble:
+            try:
+                for i in range(0, len(request), dribble):
+                    writer.write(request[i:i + dribble])
+                    await writer.drain()
+            except ConnectionError:
+                pass  # the server answered and closed while we were still sending
+        else:
+            writer.write(request)
+        return await asyncio.wait_for(reader.readline(), 10)
+    except ConnectionError:
+        return b""
+    finally:
+        writer.close()

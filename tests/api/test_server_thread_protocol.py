@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from hearth.api.http_protocol import MAX_REQUEST_HEAD_BYTES
-from tests.support import gateway_registry
-
-
-async def _status_line(port: int, request: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(request)
-        return await asyncio.wait_for(reader.readline(), 10)
-    finally:
-        writer.close()
+from tests.support import gateway_registry, send_raw_request
 
 
 async def test_a_test_server_refuses_a_huge_request_head_with_431_as_hearth_serve_does(
@@ -24,6 +14,6 @@ async def test_a_test_server_refuses_a_huge_request_head_with_431_as_hearth_serv
                                               "upstream_model": "up"}]))
     huge = b"x" * (MAX_REQUEST_HEAD_BYTES + 1)
     request = b"GET /healthz HTTP/1.1\r\nhost: t\r\nx-big: " + huge + b"\r\n\r\n"
-    assert (await _status_line(server.port, request)).startswith(b"HTTP/1.1 431")
-    ok = await _status_line(server.port, b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert (await send_raw_request(server.port, request)).startswith(b"HTTP/1.1 431")
+    ok = await send_raw_request(server.port, b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
     assert ok.startswith(b"HTTP/1.1 200")

@@ -9,27 +9,7 @@ from typing import Any
 
 from hearth.api.http_protocol import MAX_REQUEST_HEAD_BYTES
 from tests.e2e import processes
-from tests.support import AUTH, MASTER_KEY, chat_body, gateway_registry, write_config
-
-
-async def _send_raw(port: int, request: bytes, *, dribble: int = 0) -> bytes:
-    """Send ``request`` (in ``dribble``-byte writes if set) and return the status line, or b"" if cut."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        if dribble:
-            try:
-                for i in range(0, len(request), dribble):
-                    writer.write(request[i:i + dribble])
-                    await writer.drain()
-            except ConnectionError:
-                pass  # the server answered and closed while we were still sending
-        else:
-            writer.write(request)
-        return await asyncio.wait_for(reader.readline(), 10)
-    except ConnectionError:
-        return b""
-    finally:
-        writer.close()
+from tests.support import AUTH, MASTER_KEY, chat_body, gateway_registry, send_raw_request, write_config
 
 
 async def test_huge_header_gets_431_from_a_real_process_which_keeps_serving(tmp_path: Path, fake: Any, http):
@@ -50,7 +30,7 @@ async def test_huge_header_gets_431_from_a_real_process_which_keeps_serving(tmp_
         for request, dribble in ((head + b"X-Big: " + b"b" * 100_000 + b"\r\n\r\n", 500),
                                  (head + b"".join(b"X-H%d: v\r\n" % i for i in range(20_000)) + b"\r\n", 4096),
                                  (head + b"X-Big: " + b"c" * 1_000_000 + b"\r\n\r\n", 65_536)):
-            status = await _send_raw(proc.port, request, dribble=dribble)
+            status = await send_raw_request(proc.port, request, dribble=dribble)
             assert status.startswith(b"HTTP/1.1 431"), status
         # a head just under the limit is served
         r = await http.post(url, json=chat_body(), headers={**AUTH, "X-Big": "d" * (MAX_REQUEST_HEAD_BYTES - 2000)})
