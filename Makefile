@@ -1,8 +1,15 @@
 # Two commands: `make serve` and `make test`. Everything else is a helper for them.
-PYTHON ?= python3
+# The Python the container image runs (deploy/Dockerfile: 3.12) when the machine has it — as python3.12 or
+# as a pyenv-installed 3.12 — else python3 (3.11 or newer, pyproject.toml). `make PYTHON=...` picks another.
+# On 3.12 the coverage of `make test` uses sys.monitoring, which costs almost nothing once each line has been
+# seen: tests/gateway took 40 s with coverage against 38 s without, where 3.11's C tracer took 52 s against 37 s.
+PYTHON ?= $(or $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),\
+	$(shell $(p) -c 'import sys; print("$(p)" if sys.version_info[:2] == (3, 12) else "")' 2>/dev/null))),python3)
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# One stamp per Python version: a .venv made by another Python is made again.
+STAMP := $(VENV)/.installed-$(PY_VERSION)
 
 # Only `make serve` uses the demo config; tests build their own configuration.
 serve: export HEARTH_CONFIG ?= examples/hearth.demo.yaml
@@ -10,7 +17,7 @@ serve: export HEARTH_CONFIG ?= examples/hearth.demo.yaml
 .PHONY: serve test lint typecheck bench clean
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
@@ -41,6 +48,8 @@ E2E_WORKERS ?= 2
 # `hearth serve` and CLI children), and PYTHONDONTWRITEBYTECODE=1 made each compile every module again —
 # about a second per process here (`import hearth.app`: 4.3 s against 3.4 s). Caches go to __pycache__/ (ignored).
 test: export PYTHONDONTWRITEBYTECODE :=
+# sys.monitoring coverage where the Python has it (3.12+; see PYTHON above), coverage's C tracer before.
+test: export COVERAGE_CORE := $(if $(filter 3.11,$(PY_VERSION)),ctrace,sysmon)
 # mypy (17 s without its cache) runs beside the e2e part, which leaves about 40 % of the two cores idle; its
 # output is printed when both are done, and either failing fails `make test`.
 test: $(STAMP)
