@@ -16,7 +16,11 @@ It prints each round and, per figure, the median of the per-round ratios other Ã
 streams/s) or this âˆ’ other (for latencies). Direct-to-fake is measured too, once per round, so the
 ratios of gateway_bench.py can be formed.
 
+``--other-python`` runs the other Hearth with another interpreter (a venv's ``bin/python`` with Hearth's
+dependencies installed), on ``--other-src`` or this tree's ``src``: the same code on two Pythons.
+
 Usage: ``python bench/gateway_ab.py --other-src /tmp/old/src [--rounds 5] [--seconds 4]``
+or ``python bench/gateway_ab.py --other-python /tmp/py311/bin/python``
 """
 
 from __future__ import annotations
@@ -32,13 +36,17 @@ import gateway_bench as gb
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--other-src", required=True, type=Path, help="the other tree's src directory")
+    ap.add_argument("--other-src", type=Path, help="the other tree's src directory (default: this tree's)")
+    ap.add_argument("--other-python", type=Path, help="the interpreter of the other Hearth (default: this .venv's)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=4)
     a = ap.parse_args(argv)
-    other_src = a.other_src.resolve()
+    if a.other_src is None and a.other_python is None:
+        ap.error("give --other-src, --other-python or both")
+    other_src = (a.other_src or Path(__file__).resolve().parents[1] / "src").resolve()
     if not (other_src / "hearth" / "__init__.py").exists():
         ap.error(f"{other_src} has no hearth package")
+    other_argv = [str(a.other_python), "-m", "hearth"] if a.other_python is not None else None
     args = gb.parse_args(["--quick", "--no-profile", "--skip-litellm"])
     args.duration, args.warmup = a.seconds, 1
     tmp = Path(tempfile.mkdtemp(prefix="hearth-gw-ab-"))
@@ -55,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             henv = gb.hearth_env(env, port, config, tmp / f"{label}.db", None)
             if src is not None:
                 henv["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), henv.get("PYTHONPATH")) if p)
-            proc, _ready = gb.start_hearth(env, port, henv, label)
+            proc, _ready = gb.start_hearth(env, port, henv, label, other_argv if src is not None else None)
             env.all_servers[label] = proc
             targets[label] = gb.Target(name="hearth", port=port, model=gb.PUBLIC_MODEL, key=gb.CALLER_KEY, proc=proc)
         direct = gb.Target(name="direct", port=fake_port, model=gb.UPSTREAM_MODEL, key="not-checked-by-the-fake",

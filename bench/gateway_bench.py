@@ -399,7 +399,8 @@ def source_fingerprint() -> dict[str, Any]:
 
 
 def hearth_argv() -> list[str]:
-    exe = ROOT / ".venv" / "bin" / "hearth"
+    """Hearth on the interpreter running the bench: ``/tmp/py311/bin/python bench/…`` measures that venv's."""
+    exe = Path(sys.executable).parent / "hearth"
     if exe.exists():
         return [str(exe)]
     return [sys.executable, "-m", "hearth"]
@@ -771,9 +772,11 @@ def hearth_env(env: Env, port: int, config: Path, db: Path, redis_url: str | Non
     return e
 
 
-def start_hearth(env: Env, port: int, henv: dict[str, str], label: str) -> tuple[Proc, float]:
-    proc = env.procs.start(f"hearth[{label}]", [*hearth_argv(), "serve"], henv, env.tmp / f"hearth-{label}.log",
-                           env.tmp, env.sut_cpus)
+def start_hearth(env: Env, port: int, henv: dict[str, str], label: str,
+                 argv: list[str] | None = None) -> tuple[Proc, float]:
+    """``argv`` runs Hearth otherwise than this tree's ``.venv`` does (gateway_ab.py's ``--other-python``)."""
+    proc = env.procs.start(f"hearth[{label}]", [*(argv or hearth_argv()), "serve"], henv,
+                           env.tmp / f"hearth-{label}.log", env.tmp, env.sut_cpus)
     ready = wait_http_ok(proc, port, "/readyz", timeout=60, interval=0.005)
     return proc, ready
 
