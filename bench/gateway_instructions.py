@@ -24,6 +24,7 @@ Usage: ``python bench/gateway_instructions.py [--other-src /tmp/old/src ...] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -32,6 +33,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import gateway_bench as gb
@@ -57,6 +59,59 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float) -> Non
         time.sleep(0.2)
     raise SystemExit("hearth did not become ready under valgrind")
 
+
+
+def quiet_env(config: Path, tmp: Path, port: int) -> dict[str, str]:
+    """The environment of a measured Hearth: ``config``, SQLite in ``tmp``, memory state, :data:`QUIET`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
+    env.update(QUIET, HEARTH_CONFIG=str(config), HEARTH_HOST=gb.HOST, HEARTH_PORT=str(port),
+               HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db", HEARTH_STATE_BACKEND="memory",
+               HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info")
+    return env
+
+
+@contextlib.contextmanager
+def fake_upstream(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """The fake upstream, natively (never under valgrind), on ``port`` until the block ends."""
+    fake = subprocess.Popen([*gb.hearth_argv(), "fake-upstream", "--host", gb.HOST, "--port", str(port),
+                             "--latency-ms", "0", "--chunks", str(gb.CHUNKS)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield fake
+    finally:
+        fake.terminate()
+        fake.wait(10)
+
+
+@contextlib.contextmanager
+def hearth_under_callgrind(env: dict[str, str], tmp: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """``hearth migrate``, then ``hearth serve`` under callgrind with instrumentation off until :func:`instrument`
+    turns it on, ready on ``port``; stopped when the block ends. Its counts are in ``tmp/callgrind.out*``
+    (:func:`callgrind_totals`), its output in ``tmp/hearth.log``."""
+    subprocess.run([str(PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
+    hearth: subprocess.Popen[bytes] | None = None
+    try:
+        with open(tmp / "hearth.log", "wb") as log:
+            hearth = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                       f"--callgrind-out-file={tmp / 'callgrind.out'}", str(PY), "-m", "hearth",
+                                       "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        _wait_ready(port, hearth, timeout=600)
+        yield hearth
+    finally:
+        if hearth is not None:
+            hearth.terminate()
+            hearth.wait(120)
+
+
+def instrument(pid: int, on: bool) -> None:
+    """Switch callgrind's counting in process ``pid`` on or off."""
+    subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(pid)], check=True, stdout=subprocess.DEVNULL)
+
+
+def callgrind_totals(path: Path) -> int:
+    """The instruction total of one callgrind output file."""
+    return sum(int(line.split()[1]) for line in path.read_text(errors="replace").splitlines()
+               if line.startswith("totals:"))
 
 def _load(port: int, *, stream: bool, total: int, concurrency: int) -> int:
     """Send ``total`` requests from ``concurrency`` keep-alive clients; the number that failed."""
@@ -88,38 +143,17 @@ def measure(src: Path | None, *, stream: bool, requests: int, concurrency: int) 
     """Instructions per request of the tree whose ``src`` is given (None: this tree)."""
     tmp = Path(tempfile.mkdtemp(prefix="hearth-instr-"))
     fake_port, port = gb.free_port(), gb.free_port()
-    fake = subprocess.Popen([*gb.hearth_argv(), "fake-upstream", "--host", gb.HOST, "--port", str(fake_port),
-                             "--latency-ms", "0", "--chunks", str(gb.CHUNKS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     config = tmp / "hearth.yaml"
     config.write_text(gb.hearth_yaml(fake_port))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-    env.update(QUIET, HEARTH_CONFIG=str(config), HEARTH_HOST=gb.HOST, HEARTH_PORT=str(port),
-               HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db", HEARTH_STATE_BACKEND="memory",
-               HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info")
+    env = quiet_env(config, tmp, port)
     if src is not None:
         env["PYTHONPATH"] = str(src)
-    out = tmp / "callgrind.out"
-    hearth: subprocess.Popen[bytes] | None = None
-    try:
-        subprocess.run([str(PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
-        with open(tmp / "hearth.log", "wb") as log:
-            hearth = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                       f"--callgrind-out-file={out}", str(PY), "-m", "hearth", "serve"],
-                                      env=env, stdout=log, stderr=subprocess.STDOUT)
-        _wait_ready(port, hearth, timeout=600)
+    with fake_upstream(fake_port), hearth_under_callgrind(env, tmp, port) as hearth:
         _load(port, stream=stream, total=40, concurrency=concurrency)  # warm-up, not counted
-        subprocess.run(["callgrind_control", "-i", "on", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+        instrument(hearth.pid, True)
         failed = _load(port, stream=stream, total=requests, concurrency=concurrency)
-        subprocess.run(["callgrind_control", "-i", "off", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
-    finally:
-        if hearth is not None:
-            hearth.terminate()
-            hearth.wait(120)
-        fake.terminate()
-        fake.wait(10)
-    total = sum(int(line.split()[1]) for f in tmp.glob("callgrind.out*")
-                for line in f.read_text(errors="replace").splitlines() if line.startswith("totals:"))
+        instrument(hearth.pid, False)
+    total = sum(callgrind_totals(f) for f in tmp.glob("callgrind.out*"))
     sent = requests // concurrency * concurrency
     return {"tree": str(src or ROOT / "src"), "stream": stream, "requests": sent, "failed": failed,
             "instructions": total, "per_request": total // sent}

@@ -47,10 +47,8 @@ import argparse
 import http.client
 import itertools
 import json
-import os
 import re
 import secrets
-import subprocess
 import sys
 import tempfile
 import threading
@@ -122,48 +120,27 @@ def measure(config: str, src: Path | None, *, requests: int, concurrency: int, w
     tmp = Path(tempfile.mkdtemp(prefix="hearth-gov-instr-"))
     signing_key = secrets.token_hex(32)
     fake_port, port = gb.free_port(), gb.free_port()
-    fake = subprocess.Popen([*gb.hearth_argv(), "fake-upstream", "--host", gb.HOST, "--port", str(fake_port),
-                             "--latency-ms", "0", "--chunks", str(gb.CHUNKS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     registry = tmp / "hearth.yaml"
     registry.write_text(g.governance_registry(fake_port, signing_key))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-    env.update(gi.QUIET, HEARTH_CONFIG=str(registry), HEARTH_HOST=gb.HOST, HEARTH_PORT=str(port),
-               HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db", HEARTH_STATE_BACKEND="memory",
-               HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info")
+    env = gi.quiet_env(registry, tmp, port)
     if src is not None:
         env["PYTHONPATH"] = str(src)
     if hash_seed is None:
         env.pop("PYTHONHASHSEED", None)
     else:
         env["PYTHONHASHSEED"] = hash_seed
-    out = tmp / "callgrind.out"
-    hearth: subprocess.Popen[bytes] | None = None
     started = time.monotonic()
-    window = 0.0
-    try:
-        subprocess.run([str(gi.PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
-        with open(tmp / "hearth.log", "wb") as log:
-            hearth = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                       f"--callgrind-out-file={out}", str(gi.PY), "-m", "hearth", "serve"],
-                                      env=env, stdout=log, stderr=subprocess.STDOUT)
-        gi._wait_ready(port, hearth, timeout=600)
+    with gi.fake_upstream(fake_port), gi.hearth_under_callgrind(env, tmp, port) as hearth:
         warm_failures = _load(port, governed=governed, signing_key=signing_key, total=warmup,
                               concurrency=concurrency)  # not counted
-        subprocess.run(["callgrind_control", "-i", "on", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+        gi.instrument(hearth.pid, True)
         window = time.monotonic()
         failures = _load(port, governed=governed, signing_key=signing_key, total=requests, concurrency=concurrency)
         window = time.monotonic() - window
-        subprocess.run(["callgrind_control", "-i", "off", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
-    finally:
-        if hearth is not None:
-            hearth.terminate()
-            hearth.wait(120)
-        fake.terminate()
-        fake.wait(10)
-    texts = [f.read_text(errors="replace") for f in tmp.glob("callgrind.out*")]
-    total = sum(int(line.split()[1]) for text in texts for line in text.splitlines() if line.startswith("totals:"))
-    thread_started = any(THREAD_STARTED.search(text) for text in texts)
+        gi.instrument(hearth.pid, False)
+    outputs = list(tmp.glob("callgrind.out*"))
+    total = sum(gi.callgrind_totals(f) for f in outputs)
+    thread_started = any(THREAD_STARTED.search(f.read_text(errors="replace")) for f in outputs)
     sent = requests // concurrency * concurrency
     return {"config": config, "tree": str(src or gi.ROOT / "src"), "requests": sent,
             "failed": len(failures), "failed_warmup": len(warm_failures),

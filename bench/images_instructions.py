@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
-import secrets
 import subprocess
 import tempfile
 import threading
@@ -73,44 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="hearth-images-instr-"))
     fake_port, port = gb.free_port(), gb.free_port()
-    fake = subprocess.Popen([*gb.hearth_argv(), "fake-upstream", "--host", gb.HOST, "--port", str(fake_port),
-                             "--latency-ms", "0", "--chunks", str(gb.CHUNKS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     config = tmp / "hearth.yaml"
     config.write_text(ib.registry(fake_port))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-    env.update(gi.QUIET, HEARTH_CONFIG=str(config), HEARTH_HOST=gb.HOST, HEARTH_PORT=str(port),
-               HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/hearth.db", HEARTH_STATE_BACKEND="memory",
-               HEARTH_MASTER_KEY=secrets.token_hex(32), HEARTH_LOG_LEVEL="info",
-               HEARTH_DOCUMENT_DIR=str(tmp / "blobs"))
-    out = tmp / "callgrind.out"
-    hearth: subprocess.Popen[bytes] | None = None
+    env = {**gi.quiet_env(config, tmp, port), "HEARTH_DOCUMENT_DIR": str(tmp / "blobs")}
     failed: dict[str, int] = {}
     sent = a.requests // a.concurrency * a.concurrency
-    try:
-        subprocess.run([str(gi.PY), "-m", "hearth", "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
-        with open(tmp / "hearth.log", "wb") as log:
-            hearth = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                                       f"--callgrind-out-file={out}", str(gi.PY), "-m", "hearth", "serve"],
-                                      env=env, stdout=log, stderr=subprocess.STDOUT)
-        gi._wait_ready(port, hearth, timeout=600)
+    with gi.fake_upstream(fake_port), gi.hearth_under_callgrind(env, tmp, port) as hearth:
         for _, path, body in PHASES[:3]:  # warm-up, not counted
             _load(port, path, body, total=40, concurrency=a.concurrency)
-        subprocess.run(["callgrind_control", "-i", "on", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
+        gi.instrument(hearth.pid, True)
         _dump(hearth.pid)  # zero the counters: each later dump holds exactly one phase
         for name, path, body in PHASES:
             failed[name] = _load(port, path, body, total=a.requests, concurrency=a.concurrency)
             _dump(hearth.pid)
-        subprocess.run(["callgrind_control", "-i", "off", str(hearth.pid)], check=True, stdout=subprocess.DEVNULL)
-    finally:
-        if hearth is not None:
-            hearth.terminate()
-            hearth.wait(120)
-        fake.terminate()
-        fake.wait(10)
+        gi.instrument(hearth.pid, False)
     dumps = sorted((f for f in tmp.glob("callgrind.out.*") if f.suffix[1:].isdigit()), key=lambda f: int(f.suffix[1:]))
-    totals = [sum(int(line.split()[1]) for line in f.read_text(errors="replace").splitlines()
-                  if line.startswith("totals:")) for f in dumps]
+    totals = [gi.callgrind_totals(f) for f in dumps]
     per = {name: totals[i + 1] // sent for i, (name, _, _) in enumerate(PHASES)}  # dump 0 zeroed the counters
     result = {"requests_per_phase": sent, "failed": failed, "instructions_per_request": per,
               "images_over_chat": per["images"] - (per["chat"] + per["chat_again"]) // 2,
