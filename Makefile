@@ -38,9 +38,9 @@ serve: $(STAMP)
 # serial test lives (tests/test_test_hygiene.py), so the second run collects only that directory. Coverage of
 # src/hearth is collected across both and reported at the end (the test processes only: the e2e
 # tests' Hearth processes are not measured).
-# Line coverage: branch coverage costs about a tenth more of the suite's time (tests/gateway: +54 % against
-# +40 % over no coverage), which the 6-minute budget of `make test` cannot spare; for it, run
-# `make test PYTEST_COV="--cov=hearth --cov-branch"`.
+# Line coverage: on 3.12 only lines can be measured with sys.monitoring (branches need 3.14), and with the
+# C tracer even 3.11's branch coverage cost +54 % of tests/gateway's time against +40 % for lines; for it, run
+# `make test PYTEST_COV="--cov=hearth --cov-branch"` (which then takes the C tracer).
 PYTEST_COV ?= --cov=hearth
 PYTEST_WORKERS ?= 4
 E2E_WORKERS ?= 2
@@ -48,8 +48,8 @@ E2E_WORKERS ?= 2
 # `hearth serve` and CLI children), and PYTHONDONTWRITEBYTECODE=1 made each compile every module again —
 # about a second per process here (`import hearth.app`: 4.3 s against 3.4 s). Caches go to __pycache__/ (ignored).
 test: export PYTHONDONTWRITEBYTECODE :=
-# sys.monitoring coverage where the Python has it (3.12+; see PYTHON above), coverage's C tracer before.
-test: export COVERAGE_CORE := $(if $(filter 3.11,$(PY_VERSION)),ctrace,sysmon)
+# sys.monitoring coverage where the Python has it (3.12+; see PYTHON above), coverage's C tracer before and for branches.
+test: export COVERAGE_CORE := $(if $(or $(filter 3.11,$(PY_VERSION)),$(findstring --cov-branch,$(PYTEST_COV))),ctrace,sysmon)
 # mypy (17 s without its cache) runs beside the e2e part, which leaves about 40 % of the two cores idle; its
 # output is printed when both are done, and either failing fails `make test`.
 test: $(STAMP)
