@@ -66,6 +66,7 @@ FOUNDATION: tuple[str, ...] = (
     "hearth.errors",
     "hearth.ids",
     "hearth.settings",
+    "hearth.process_memory",  # the collector around a long-lived command's start-up (serve, worker)
     "hearth.yaml_documents",  # YAML with libyaml where PyYAML has it (configuration, pipeline definitions)
     "hearth.observability.logging",
 )

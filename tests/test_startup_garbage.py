@@ -6,6 +6,8 @@ own, and would never be collected."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +39,35 @@ async def test_a_runtime_started_on_this_thread_freezes_nothing(tmp_path: Path, 
         assert gc.get_freeze_count() <= before
     finally:
         await rt.stop()
+
+
+_SERVE_START_UP = """
+import asyncio, gc, sys
+from hearth.cli import pause_collector_for_startup
+from hearth.settings import Settings
+
+pause_collector_for_startup()  # as `hearth serve` does before importing the app
+from hearth.app import create_app
+
+app = create_app(Settings(config=sys.argv[1], database_url=sys.argv[2], master_key=sys.argv[3]))
+
+async def main() -> None:
+    print("paused", not gc.isenabled())
+    async with app.router.lifespan_context(app):
+        print("collecting", gc.isenabled(), "frozen", gc.get_freeze_count())
+
+asyncio.run(main())
+"""
+
+
+def test_a_server_owning_its_process_collects_again_once_started(tmp_path: Path, fake: Any) -> None:
+    """``hearth serve`` pauses the collector for its imports; the app's lifespan (on the main thread) must turn it
+    back on, or the process would never free a reference cycle."""
+    config = write_config(tmp_path / "hearth.yaml", _registry(fake))
+    done = subprocess.run([sys.executable, "-c", _SERVE_START_UP, str(config),
+                           f"sqlite+aiosqlite:///{tmp_path}/h.db", MASTER_KEY],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.split()
+    assert words[:2] == ["paused", "True"]
+    assert words[2:4] == ["collecting", "True"] and int(words[5]) > 10_000  # start-up's objects frozen

@@ -57,7 +57,8 @@ from hearth.observability.logging import configure_logging, get_logger
 from hearth.observability.request_id import RequestIdMiddleware
 from hearth.observability.trace_middleware import TraceMiddleware
 from hearth.observability.tracing import start_tracing
-from hearth.runtime import Runtime, release_startup_garbage, start_runtime
+from hearth.process_memory import release_startup_garbage
+from hearth.runtime import Runtime, start_runtime
 from hearth.settings import Settings, load_settings
 
 log = get_logger("hearth.app")

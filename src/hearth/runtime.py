@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import gc
 import importlib
 import time
 from dataclasses import dataclass, field
@@ -461,24 +459,3 @@ async def _clear_shared_cooldowns(state: StateBackend, endpoints: list[Endpoint]
             await state.clear_cooldown(cooldown_key(ep))
         except StateUnavailable:
             log.warning("cooldown_not_cleared", endpoint=ep.name, hint="the endpoint serves again when it ends")
-
-
-def release_startup_garbage() -> None:
-    """Start-up (imports, migrations, config parsing) leaves freed heap that glibc keeps; give it back.
-
-    ``gc.freeze()`` then moves every start-up object out of the collector's reach: full collections
-    no longer rescan them, which the benchmark measured as the largest single cost under load
-    (about a quarter of wall time at concurrency 64, pauses of ~80 ms → ~7 ms).
-
-    Called by whatever owns the process once its runtime has started (``hearth serve``'s lifespan on the main
-    thread, ``hearth worker``), never by :func:`start_runtime` itself: a runtime started inside another program
-    (a server in a thread or a runtime in a test, as in the test suite) shares the process with objects that are
-    not start-up's to freeze — they would never be collected — and a full collection and heap trim of that
-    process cost ~2 % of the test suite's CPU, once per start.
-    """
-    gc.collect()
-    gc.freeze()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (e.g. musl, macOS): nothing to do
-        pass
