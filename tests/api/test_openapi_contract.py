@@ -73,6 +73,26 @@ async def test_openapi_json_is_a_valid_document_without_dangling_refs(fake, hear
     assert chat["properties"]["messages"]["items"]["properties"]["role"]["enum"]
 
 
+async def test_every_operation_documents_its_error_envelope(fake, hearth_server, http):
+    """Each API's errors are documented on every operation with that API's envelope (routes share one
+    model field per envelope: hearth.api.route_defaults)."""
+    server = hearth_server(_registry(fake))
+    doc = (await http.get(server.base_url + "/openapi.json")).json()
+    envelopes = {"/v1/messages": "AnthropicError", "/v1/": "OpenAIError", "/api/v1/": "ErrorEnvelope"}
+    checked = 0
+    for path, item in doc["paths"].items():
+        envelope = next((name for prefix, name in envelopes.items() if path.startswith(prefix)), None)
+        for method, op in item.items():
+            if envelope is None or "4XX" not in op["responses"]:
+                continue
+            for status in ("4XX", "401"):
+                schema = op["responses"][status]["content"]["application/json"]["schema"]
+                assert schema == {"$ref": f"#/components/schemas/{envelope}"}, (method, path, status, schema)
+            checked += 1
+    assert checked > 80, checked
+    assert "error" in doc["components"]["schemas"]["ErrorEnvelope"]["properties"]
+
+
 def _is_checked(path: str, method: str) -> bool:
     return path.startswith("/v1/") or (path.startswith("/api/v1/admin") and method == "GET")
 

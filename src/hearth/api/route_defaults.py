@@ -10,12 +10,40 @@ tree. So whatever an inclusion would have added must be on the routes already: J
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import ORJSONResponse
+from fastapi.routing import APIRoute
+from fastapi.utils import create_model_field
 
 
 def api_router(**options: Any) -> APIRouter:
     """An ``APIRouter`` whose routes answer JSON through orjson unless a route names its own response class."""
-    return APIRouter(default_response_class=ORJSONResponse, **options)
+    return APIRouter(default_response_class=ORJSONResponse, route_class=DocumentedResponsesRoute, **options)
+
+
+class DocumentedResponsesRoute(APIRoute):
+    """A route whose additional ``responses`` (the error envelopes every route declares for the OpenAPI document)
+    share one model field per model across all routes.
+
+    FastAPI builds a field — a pydantic ``TypeAdapter`` and its core schema — for every ``{"model": ...}`` of
+    every route: 1,093 for this API, 1,014 of them the same three error envelopes, which cost ~0.23 s of start-up
+    and ~4 MiB per process. They serve only the OpenAPI document (the schema of the model, referenced by name),
+    so one field per model gives the same document.
+    """
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], *,
+                 responses: dict[int | str, dict[str, Any]] | None = None, **options: Any) -> None:
+        declared = responses or {}
+        super().__init__(path, endpoint, **options,
+                         responses={code: {k: v for k, v in r.items() if k != "model"} for code, r in declared.items()})
+        self.responses = declared
+        self.response_fields = {code: _response_field(r["model"]) for code, r in declared.items() if r.get("model")}
+
+
+@functools.cache
+def _response_field(model: type[Any]) -> Any:
+    return create_model_field(name=f"Response_{model.__name__}", type_=model, mode="serialization")

@@ -1,0 +1,38 @@
+"""Routes built by ``api_router()`` share one OpenAPI model field per response model: FastAPI would build one
+per model per route (a pydantic ``TypeAdapter`` each — 1,093 for this API, most of them the same error envelope)."""
+
+from __future__ import annotations
+
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+
+from hearth.api.route_defaults import api_router
+from hearth.app import _ROUTERS
+
+
+class _Failure(BaseModel):
+    reason: str
+
+
+def test_routes_with_the_same_error_model_share_its_field_and_keep_their_own_descriptions() -> None:
+    router = api_router(responses={400: {"model": _Failure}})
+
+    @router.get("/a", responses={404: {"model": _Failure, "description": "no such a"}, 204: {"description": "empty"}})
+    def a() -> dict[str, str]:
+        return {}
+
+    @router.get("/b")
+    def b() -> dict[str, str]:
+        return {}
+
+    route_a, route_b = (r for r in router.routes if isinstance(r, APIRoute))
+    assert route_a.response_fields[400] is route_a.response_fields[404] is route_b.response_fields[400]
+    assert 204 not in route_a.response_fields  # a response without a model has no field
+    assert route_a.responses[404] == {"model": _Failure, "description": "no such a"}  # as declared, for the document
+
+
+def test_the_whole_api_builds_one_field_per_response_model() -> None:
+    fields = [f for router in _ROUTERS for r in router.routes if isinstance(r, APIRoute)
+              for f in r.response_fields.values()]
+    assert len(fields) > 1000
+    assert len({id(f) for f in fields}) == len({f.field_info.annotation for f in fields})
