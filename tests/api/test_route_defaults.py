@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from hearth.api.route_defaults import api_router
+from hearth.api.route_defaults import DeferredOpenApi, api_router
 from hearth.app import _ROUTERS
 
 
@@ -36,3 +36,23 @@ def test_the_whole_api_builds_one_field_per_response_model() -> None:
               for f in r.response_fields.values()]
     assert len(fields) > 1000
     assert len({id(f) for f in fields}) == len({f.field_info.annotation for f in fields})
+
+
+def test_a_deferred_openapi_part_is_built_once_when_the_document_needs_it() -> None:
+    built: list[int] = []
+
+    def body() -> dict[str, object]:
+        built.append(1)
+        return {"required": True}
+
+    router = api_router()
+
+    @router.post("/c", openapi_extra={"requestBody": DeferredOpenApi(body), "x-kept": {"as": "declared"}})
+    def c() -> dict[str, str]:
+        return {}
+
+    [route] = (r for r in router.routes if isinstance(r, APIRoute))
+    assert built == []  # declaring the route built nothing
+    assert route.openapi_extra == {"requestBody": {"required": True}, "x-kept": {"as": "declared"}}
+    assert route.openapi_extra == {"requestBody": {"required": True}, "x-kept": {"as": "declared"}}
+    assert built == [1]

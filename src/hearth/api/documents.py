@@ -24,7 +24,7 @@ from hearth.api.envelope import ok
 from hearth.api.multipart_upload import FIELD, signed_upload
 from hearth.api.openai_schemas import inline_schema
 from hearth.api.request_body import parse_json_object, parse_model
-from hearth.api.route_defaults import api_router
+from hearth.api.route_defaults import DeferredOpenApi, api_router
 from hearth.auth.internal import bearer_token
 from hearth.documents.service import DocumentService
 from hearth.documents.sniff import TEXT
@@ -67,10 +67,10 @@ class DocumentEnvelope(BaseModel):
     request_id: str | None = None
 
 
-_UPLOAD_BODY = {"requestBody": {"required": True, "content": {
+_UPLOAD_BODY = {"requestBody": DeferredOpenApi(lambda: {"required": True, "content": {
     "multipart/form-data": {"schema": {"type": "object", "required": [FIELD], "properties": {
         FIELD: {"type": "string", "format": "binary", "description": "the document (PDF, PNG, JPEG or UTF-8 text)"}}}},
-    "application/json": {"schema": inline_schema(DocumentSource)}}}}
+    "application/json": {"schema": inline_schema(DocumentSource)}}})}
 
 
 def _service(request: Request) -> DocumentService:

@@ -6,6 +6,7 @@ published OpenAPI document describes requests and responses well enough to gener
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +19,7 @@ from hearth.api.chat_validation import (
     MAX_STOP,
     MAX_TOOLS,
 )
+from hearth.api.route_defaults import DeferredOpenApi
 
 
 class TextPart(BaseModel):
@@ -208,7 +210,12 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def request_body(model: type[BaseModel]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline_schema(model)}}}}
+    """A route's ``openapi_extra`` documenting a JSON body of ``model`` (built on the first OpenAPI document)."""
+    return {"requestBody": DeferredOpenApi(functools.partial(_json_body, model))}
+
+
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": inline_schema(model)}}}
 
 
 #: Every status a ``/v1`` route can answer with an error, in OpenAI's error shape; ``4XX`` covers the
