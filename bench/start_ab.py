@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,19 +25,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from scheduler_bench import cpu_seconds, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(pid: int) -> float:
@@ -48,7 +37,7 @@ def _rss_mib(pid: int) -> float:
 
 def one_start(src: Path | None, config: Path) -> tuple[float, float, float]:
     """(seconds to ready, CPU seconds at ready, RSS MiB 1 s later) of one ``hearth serve``."""
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
         env.update(HEARTH_CONFIG=str(config), HEARTH_HOST="127.0.0.1", HEARTH_PORT=str(port),
@@ -74,7 +63,7 @@ def one_start(src: Path | None, config: Path) -> tuple[float, float, float]:
                 except (urllib.error.URLError, OSError):
                     time.sleep(0.005)
             ready = time.perf_counter() - started
-            cpu = _proc_cpu_s(proc.pid)
+            cpu = cpu_seconds(proc.pid)
             time.sleep(1.0)
             return ready, cpu, _rss_mib(proc.pid)
         finally:
