@@ -14,18 +14,15 @@ Local only: Hearth listens on 127.0.0.1 with the demo config (its upstreams are 
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from scheduler_bench import cpu_seconds, free_port
+from hearth_process import hearth_env, start_hearth
+from scheduler_bench import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,31 +34,15 @@ def _rss_mib(pid: int) -> float:
 
 def one_start(src: Path | None, config: Path) -> tuple[float, float, float]:
     """(seconds to ready, CPU seconds at ready, RSS MiB 1 s later) of one ``hearth serve``."""
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
-        env.update(HEARTH_CONFIG=str(config), HEARTH_HOST="127.0.0.1", HEARTH_PORT=str(port),
-                   HEARTH_DATABASE_URL=f"sqlite+aiosqlite:///{tmp}/h.db", HEARTH_MASTER_KEY=secrets.token_hex(32),
-                   HEARTH_LOG_LEVEL="warning")
+        settings = {"HEARTH_CONFIG": str(config), "HEARTH_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/h.db"}
         if src is not None:
-            env["PYTHONPATH"] = str(src)
-        subprocess.run([sys.executable, "-m", "hearth", "migrate"], env=env, capture_output=True, check=True,
-                       timeout=120)
+            settings["PYTHONPATH"] = str(src)
+        subprocess.run([sys.executable, "-m", "hearth", "migrate"], env=hearth_env(settings), capture_output=True,
+                       check=True, timeout=120)
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "hearth", "serve"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc, _base = start_hearth(Path(tmp), settings, poll_s=0.005)
         try:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"hearth serve exited with {proc.returncode}")
-                if time.perf_counter() - started > 60:
-                    raise RuntimeError("hearth serve not ready within 60 s")
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as answer:
-                        if answer.status == 200:
-                            break
-                except (urllib.error.URLError, OSError):
-                    time.sleep(0.005)
             ready = time.perf_counter() - started
             cpu = cpu_seconds(proc.pid)
             time.sleep(1.0)
