@@ -56,6 +56,21 @@ def test_openai_sdk_sync_non_stream_and_stream(demo_server: processes.HearthProc
     assert len(emb.data) == 2 and len(emb.data[0].embedding) > 0
 
 
+def test_the_demo_answers_each_of_n_choices_and_bills_them(demo_server: processes.HearthProcess) -> None:
+    client = openai.OpenAI(base_url=demo_server.base_url + "/v1", api_key=DEMO_KEY, max_retries=0)
+    one = client.chat.completions.create(model="demo-chat", messages=[{"role": "user", "content": "ping"}])
+    three = client.chat.completions.create(model="demo-chat", n=3, messages=[{"role": "user", "content": "ping"}])
+    assert [c.index for c in three.choices] == [0, 1, 2]
+    assert {c.message.content for c in three.choices} == {one.choices[0].message.content}
+    assert one.usage is not None and three.usage is not None
+    assert three.usage.completion_tokens == 3 * one.usage.completion_tokens
+    chunks = list(client.chat.completions.create(model="demo-chat", n=2, stream=True,
+                                                 messages=[{"role": "user", "content": "pong"}]))
+    texts = ["".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+             for i in (0, 1)]
+    assert texts[0] == texts[1] and "pong" in texts[0]
+
+
 def test_demo_images_work_offline_as_labelled_pngs(demo_server: processes.HearthProcess) -> None:
     client = openai.OpenAI(base_url=demo_server.base_url + "/v1", api_key=DEMO_KEY, max_retries=0)
     drawn = client.images.generate(model="demo-image", prompt="A poster for the spring sale", size="256x256",

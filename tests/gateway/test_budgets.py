@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
-from hearth.testing.fake_upstream import FakeBehavior
-from hearth.wire.tokens import prompt_upper_bound
+from hearth.testing.fake_upstream import FakeBehavior, reply_text
+from hearth.wire.tokens import estimate_messages, estimate_text, prompt_upper_bound
 from tests.support import (
     ADMIN,
     AUTH,
@@ -171,3 +171,44 @@ async def test_an_overrun_is_charged_in_full_and_alerted(fake, hearth_server, ht
     items = (await http.get(server.base_url + "/api/v1/budgets", headers=ADMIN)).json()["data"]["items"]
     assert items[0]["used"] == billed and items[0]["spent"] == billed
     assert any(rec.message == "budget_overrun" or "budget_overrun" in rec.getMessage() for rec in caplog.records)
+
+
+async def test_a_call_for_several_choices_reserves_the_output_of_each(fake, hearth_server, http):
+    # an upstream bills every one of the `n` choices: max_tokens bounds each, not their sum
+    body = chat_body(max_tokens=MAX_TOKENS, n=3)
+    server = hearth_server(budget_registry(fake, 1_000_000, unit="tokens"))
+    r = await http.post(server.base_url + "/v1/chat/completions", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert [c["index"] for c in r.json()["choices"]] == [0, 1, 2]
+    assert r.json()["usage"]["completion_tokens"] == 3 * MAX_TOKENS
+    await _flushed(server)
+    summary = await ledger_summary(server.settings.database_url)
+    assert list(summary["reserves"].values()) == [prompt_upper_bound(body) + 3 * MAX_TOKENS]
+    (settle,) = summary["settles"].values()
+    assert settle["overrun"] == 0
+
+
+async def test_a_budget_that_affords_one_choice_refuses_three_before_the_upstream(fake, hearth_server, http):
+    one_choice = prompt_upper_bound(chat_body(max_tokens=MAX_TOKENS, n=3)) + MAX_TOKENS
+    server = hearth_server(budget_registry(fake, one_choice + MAX_TOKENS, unit="tokens"))
+    url = server.base_url + "/v1/chat/completions"
+    r = await http.post(url, json=chat_body(max_tokens=MAX_TOKENS, n=3), headers=AUTH)
+    assert (r.status_code, r.json()["error"]["code"]) == (429, "budget_exhausted")
+    r = await http.post(url, json=chat_body(max_tokens=MAX_TOKENS, n=3, stream=True), headers=AUTH)
+    assert (r.status_code, r.json()["error"]["code"]) == (429, "budget_exhausted")
+    assert fake.stats.requests == 0
+    r = await http.post(url, json=chat_body(max_tokens=MAX_TOKENS, n=1), headers=AUTH)
+    assert r.status_code == 200, r.text
+
+
+async def test_an_answer_without_usage_is_charged_its_estimated_output_too(fake, hearth_server, http):
+    body = chat_body("what is the tallest mountain?", max_tokens=MAX_TOKENS, n=2)
+    server = hearth_server(budget_registry(fake, 1_000_000, unit="tokens"))
+    fake.script(FakeBehavior(usage_in_reply=False))
+    r = await http.post(server.base_url + "/v1/chat/completions", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert "usage" not in r.json()
+    await _flushed(server)
+    summary = await ledger_summary(server.settings.database_url)
+    output = 2 * estimate_text(reply_text(MAX_TOKENS))  # both choices' text, estimated offline
+    assert summary["charged"] == estimate_messages(body["messages"]) + output

@@ -1,10 +1,11 @@
 """Strict budgets (seed 004 §3): which budgets a call is charged against, and how much.
 
-A call reserves ``estimate(prompt) + max_tokens`` — in tokens, or priced at the highest rate of
-any endpoint it may use — on *every* applicable budget, atomically with its rate limits (see
-:mod:`hearth.gateway.caller_admission`). Settlement charges the real usage, at most the reservation,
-so the ledger's spend can never pass a limit; what the reservation did not cover is recorded as
-``overrun``. A reservation that is never settled (its process died) stays spent.
+A call reserves ``bound(prompt) + n × max_tokens`` (:func:`hearth.wire.tokens.output_reservation`) — in
+tokens, or priced at the highest rate of any endpoint it may use — on *every* applicable budget, atomically
+with its rate limits (see :mod:`hearth.gateway.caller_admission`). Settlement charges the real usage in full;
+what the reservation did not cover is recorded as ``overrun`` and alerted (with the default ``bound``
+estimate only a provider billing beyond the request's own text can cause one). A reservation that is never
+settled (its process died) stays spent.
 
 Money is counted in integer millionths of the currency unit (``MICRO``); since prices are per
 1M tokens, ``tokens × price_per_1M`` is exactly the cost in micro-units.

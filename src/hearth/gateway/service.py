@@ -51,6 +51,7 @@ from hearth.state.base import StateBackend
 from hearth.wire.tokens import (
     DEFAULT_COMPLETION_RESERVATION,
     estimate_messages,
+    output_reservation,
     prompt_upper_bound,
     requested_max_tokens,
 )
@@ -104,7 +105,8 @@ class Gateway:
                     return await native.chat(ep, timeout_s, headers=ctx.headers)
                 return await self.providers[ep.kind].chat(ep, body, timeout_s, headers=ctx.headers)
 
-            reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op)
+            reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op,
+                                    completion=output_reservation(body, route.effective_max_tokens))
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -169,7 +171,8 @@ class Gateway:
                     return await native.chat_stream(ep, timeout_s, idle_s, headers=ctx.headers)
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s, headers=ctx.headers)
 
-            upstream = await self._run(call, route, models, estimate, bound=self._bound(body), op=op)
+            upstream = await self._run(call, route, models, estimate, bound=self._bound(body), op=op,
+                                       completion=output_reservation(body, route.effective_max_tokens))
         except BaseException as exc:
             await call.fail(exc)
             raise
@@ -218,15 +221,14 @@ class Gateway:
         return route, models, body
 
     async def _run(self, call: Call, route: Route, models: list[Model], estimate: int, *, bound: int, op: Op[T],
-                   completion: int | None = None, images: int = 0) -> T:
-        """Caller admission, then the attempts (the successful one's lease stays with ``call``)."""
-        reserve = completion if completion is not None else (
-            route.effective_max_tokens or DEFAULT_COMPLETION_RESERVATION)
-        await self._admit_caller(call, route, estimate, bound, reserve=reserve, first=models[0], images=images)
+                   completion: int, images: int = 0) -> T:
+        """Caller admission, then the attempts (the successful one's lease stays with ``call``); ``completion``:
+        the output tokens the call may be billed (0 for embeddings and images)."""
+        await self._admit_caller(call, route, estimate, bound, reserve=completion, first=models[0], images=images)
         attempts = self.settings.max_attempts
         if call.ctx.max_attempts is not None:
             attempts = min(attempts, call.ctx.max_attempts)
-        policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + reserve, self.rng,
+        policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + completion, self.rng,
                                self.on_auth_failure)
         return await run_with_fallback(call, policy, models, route.default_route, op=op)
 
@@ -252,7 +254,7 @@ class Gateway:
     async def _succeed(self, call: Call, reply: UpstreamReply, estimate: int) -> None:
         assert call.current is not None
         self.health.succeeded(call.current.endpoint.name, (time.perf_counter() - call.ctx.started) * 1000)
-        await call.finish(200, None, reply.usage or Usage(estimate, 0), reply.usage is None)
+        await call.finish(200, None, reply.usage or Usage(estimate, reply.completion_estimate), reply.usage is None)
 
     # ---- an operator's test call ------------------------------------------------------------------------
     async def operator_test_call(self, ctx: CallContext, model: Model, body: dict[str, Any]) -> UpstreamReply:

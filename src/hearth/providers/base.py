@@ -28,6 +28,7 @@ class Usage:
 class UpstreamReply:
     body: bytes  # the OpenAI-format JSON to send to the caller unchanged
     usage: Usage | None
+    completion_estimate: int = 0  # the reply's output estimated offline, charged when ``usage`` is None
 
 
 RATELIMIT_PREFIX = "x-ratelimit-"

@@ -48,6 +48,23 @@ def _usage_of(obj: Any) -> Usage | None:
     return None
 
 
+def _output_estimate(reply: dict[str, Any]) -> int:
+    """The output of a chat answer that reports no usage, estimated offline: every choice's content and tool
+    calls (an upstream bills each of the ``n`` choices); 0 for answers without choices (embeddings)."""
+    total = 0
+    choices = reply.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            continue
+        if isinstance(message.get("content"), str):
+            total += estimate_text(message["content"])
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict):
+                total += estimate_text(orjson.dumps(call.get("function")).decode())
+    return total
+
+
 class OpenAIStream:
     """Relays an upstream SSE stream event by event (see :class:`~hearth.providers.base.UpstreamStream`)."""
 
@@ -165,7 +182,8 @@ class OpenAICompatProvider:
             raise UpstreamNetworkError("upstream sent a malformed response") from exc
         if not isinstance(obj, dict):
             raise UpstreamNetworkError("upstream sent a malformed response")
-        return UpstreamReply(body=raw, usage=_usage_of(obj))
+        usage = _usage_of(obj)
+        return UpstreamReply(raw, usage, 0 if usage is not None else _output_estimate(obj))
 
     async def chat(self, ep: Endpoint, body: dict[str, Any], timeout_s: float, *,
                    headers: HeaderExchange | None = None) -> UpstreamReply:

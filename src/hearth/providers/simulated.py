@@ -51,14 +51,21 @@ def reply_text(body: dict[str, Any]) -> str:
     return text
 
 
+def choices(body: dict[str, Any]) -> int:
+    """The request's ``n``: how many choices to answer with (each the same text, billed each)."""
+    n = body.get("n")
+    return n if type(n) is int and n > 1 else 1
+
+
 class SimulatedStream:
     def __init__(self, body: dict[str, Any], model: str, text: str, include_usage: bool) -> None:
         self._body = body
         self._model = model
         self._text = text
         self._include_usage = include_usage
+        self._choices = choices(body)
         self.usage: Usage | None = None
-        self.completion_estimate = estimate_text(text)
+        self.completion_estimate = estimate_text(text) * self._choices
 
     async def prime(self) -> None:
         return None  # the first event is computed, not awaited
@@ -72,16 +79,20 @@ class SimulatedStream:
         created = int(time.time())
         base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self._model,
                 "system_fingerprint": FINGERPRINT}
-        yield orjson.dumps({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                 "logprobs": None, "finish_reason": None}]})
+        indexes = range(self._choices)
+        for index in indexes:
+            yield orjson.dumps({**base, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
+                                                     "logprobs": None, "finish_reason": None}]})
         words = self._text.split(" ")
         for i, word in enumerate(words):
             piece = word if i == 0 else " " + word
-            yield orjson.dumps({**base, "choices": [{"index": 0, "delta": {"content": piece},
-                                                     "logprobs": None, "finish_reason": None}]})
+            for index in indexes:
+                yield orjson.dumps({**base, "choices": [{"index": index, "delta": {"content": piece},
+                                                         "logprobs": None, "finish_reason": None}]})
             await asyncio.sleep(0)
-        yield orjson.dumps({**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                                 "finish_reason": "stop"}]})
+        for index in indexes:
+            yield orjson.dumps({**base, "choices": [{"index": index, "delta": {}, "logprobs": None,
+                                                     "finish_reason": "stop"}]})
         usage = Usage(estimate_messages(self._body.get("messages")), self.completion_estimate)
         self.usage = usage
         if self._include_usage:
@@ -106,12 +117,13 @@ class SimulatedProvider:
                    headers: HeaderExchange | None = None) -> UpstreamReply:
         _no_upstream_headers(headers)
         text = reply_text(body)
-        usage = Usage(estimate_messages(body.get("messages")), estimate_text(text))
+        n = choices(body)
+        usage = Usage(estimate_messages(body.get("messages")), estimate_text(text) * n)
         reply = {
             "id": f"chatcmpl-sim{uuid.uuid4().hex[:20]}", "object": "chat.completion", "created": int(time.time()),
             "model": ep.upstream_model, "system_fingerprint": FINGERPRINT,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": "stop"}],
+            "choices": [{"index": i, "message": {"role": "assistant", "content": text, "refusal": None},
+                         "logprobs": None, "finish_reason": "stop"} for i in range(n)],
             "usage": _usage_dict(usage),
         }
         return UpstreamReply(orjson.dumps(reply), usage)

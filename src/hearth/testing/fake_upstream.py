@@ -15,7 +15,8 @@ Determinism (so tests can compute expected values):
   equal the non-stream text. The pieces include ``—``, ``你好`` and ``🔥``.
 * Usage: ``prompt_tokens = text_chars // 4 + 1`` where ``text_chars`` counts the
   characters of every message's text (a string content, or the ``text`` of each
-  content part; for Anthropic the ``system`` prompt too); ``completion_tokens = n``.
+  content part; for Anthropic the ``system`` prompt too); ``completion_tokens = n`` for each of the
+  request's ``n`` choices (every choice carries the same reply; a stream interleaves them by index).
   Embeddings: each string input costs ``len(s) // 4 + 1``, each token-array input
   ``len(tokens)``. See :func:`prompt_tokens_for`.
 * Ids are ``chatcmpl-fake-<seq>`` / ``msg_fake_<seq>`` where ``seq`` is the
@@ -105,7 +106,8 @@ class FakeBehavior:
     ``disconnect_after_chunks=N`` closes the TCP connection right after the N-th
     content event (after the role/preamble events when 0), with no terminator.
     ``usage_in_stream`` gates the OpenAI usage chunk requested with
-    ``stream_options.include_usage``; Anthropic streams always carry usage.
+    ``stream_options.include_usage``; Anthropic streams always carry usage. ``usage_in_reply`` gates the
+    ``usage`` of a non-stream OpenAI chat answer (some compatible servers send none).
     ``first_event_delay_ms`` sends a stream's status and headers at once, then
     waits that long before its first event (``latency_ms`` delays the headers too).
     ``extra_prompt_tokens`` is added to the reported prompt usage of chat answers.
@@ -125,6 +127,7 @@ class FakeBehavior:
     malformed: bool = False
     disconnect_after_chunks: int | None = None
     usage_in_stream: bool = True
+    usage_in_reply: bool = True
     first_event_delay_ms: float = 0.0
     extra_prompt_tokens: int = 0  # bill more prompt tokens than the text has (a hidden system prompt, say)
     error_after_chunks: int | None = None  # an OpenAI error event after the N-th content event, then the end
@@ -286,6 +289,12 @@ def _reply_size(behavior: FakeBehavior, body: Mapping[str, Any], *limits: str) -
     return n, False
 
 
+def _choices(body: Mapping[str, Any]) -> int:
+    """The request's ``n`` (choices to generate), 1 when absent or not an integer from 1 to 128."""
+    n = body.get("n")
+    return n if type(n) is int and 1 <= n <= 128 else 1
+
+
 _ID_PREFIX = b'data: {"id":"'
 
 
@@ -293,12 +302,13 @@ class _Templates:
     """Per-shape precomputed stream events, so the hot path mostly concatenates bytes."""
 
     def __init__(self) -> None:
-        self._chat: dict[tuple[str, int, str, bool], list[bytes]] = {}
+        self._chat: dict[tuple[str, int, str, bool, int], list[bytes]] = {}
         self._anthropic: dict[tuple[int, str], list[bytes]] = {}
 
-    def chat(self, model: str, n: int, finish: str, with_usage: bool) -> list[bytes]:
-        """Event tails after ``_ID_PREFIX + id``: role, n content events, finish."""
-        key = (model, n, finish, with_usage)
+    def chat(self, model: str, n: int, finish: str, with_usage: bool, choices: int = 1) -> list[bytes]:
+        """Event tails after ``_ID_PREFIX + id``: a role event per choice, then each of the ``n`` pieces
+        for every choice in turn (as OpenAI interleaves them), then a finish event per choice."""
+        key = (model, n, finish, with_usage, choices)
         cached = self._chat.get(key)
         if cached is not None:
             return cached
@@ -311,14 +321,15 @@ class _Templates:
         }
         extra = {"usage": None} if with_usage else {}
 
-        def tail(delta: dict[str, Any], reason: str | None) -> bytes:
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        def tail(index: int, delta: dict[str, Any], reason: str | None) -> bytes:
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
             dumped = orjson.dumps({**base, "choices": [choice], **extra})
             return dumped[len(_ID_PREFIX) - len(b"data: ") :] + b"\n\n"
 
-        events = [tail({"role": "assistant", "content": ""}, None)]
-        events += [tail({"content": piece}, None) for piece in reply_pieces(n)]
-        events.append(tail({}, finish))
+        indexes = range(choices)
+        events = [tail(i, {"role": "assistant", "content": ""}, None) for i in indexes]
+        events += [tail(i, {"content": piece}, None) for piece in reply_pieces(n) for i in indexes]
+        events += [tail(i, {}, finish) for i in indexes]
         return self._store(self._chat, key, events)
 
     def anthropic(self, n: int, stop_reason: str) -> list[bytes]:
@@ -658,9 +669,10 @@ class FakeUpstream:
     ) -> tuple[web.StreamResponse, bool]:
         model = str(body.get("model") or MODELS[0])
         n, capped = _reply_size(behavior, body, "max_completion_tokens", "max_tokens")
+        choices = _choices(body)
         finish = "length" if capped else "stop"
         prompt = prompt_tokens_for(body.get("messages")) + behavior.extra_prompt_tokens
-        usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        usage = {"prompt_tokens": prompt, "completion_tokens": n * choices, "total_tokens": prompt + n * choices}
         chat_id = f"chatcmpl-fake-{seq}"
         if wants_tool_call(behavior, body):
             return await self._chat_tool_call(request, behavior, body, seq, model=model)
@@ -673,14 +685,15 @@ class FakeUpstream:
                 "created": CREATED,
                 "model": model,
                 "system_fingerprint": _FINGERPRINT,
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-                "usage": usage,
+                "choices": [{"index": i, "message": message, "logprobs": None, "finish_reason": finish}
+                            for i in range(choices)],
+                **({"usage": usage} if behavior.usage_in_reply else {}),
             }
             return web.Response(body=orjson.dumps(payload), headers=_JSON_HEADERS), True
         options = body.get("stream_options")
         with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         head = _ID_PREFIX + chat_id.encode()
-        events = [head + tail for tail in self._templates.chat(model, n, finish, with_usage)]
+        events = [head + tail for tail in self._templates.chat(model, n, finish, with_usage, choices)]
         if with_usage and behavior.usage_in_stream:
             final = {
                 "id": chat_id,
@@ -693,7 +706,7 @@ class FakeUpstream:
             }
             events.append(b"data: " + orjson.dumps(final) + b"\n\n")
         events.append(_DONE)
-        return await self._stream(request, behavior, events, 1, n=n, seq=seq)
+        return await self._stream(request, behavior, events, choices, n=n * choices, seq=seq)
 
     async def _messages(
         self, request: web.Request, behavior: FakeBehavior, body: dict[str, Any], seq: int

@@ -65,6 +65,15 @@ def requested_max_tokens(body: dict[str, Any]) -> int | None:
     return best
 
 
+def output_reservation(body: dict[str, Any], max_tokens: int | None) -> int:
+    """The output tokens a chat call may be billed: its output limit (``DEFAULT_COMPLETION_RESERVATION`` when
+    it names none) for each of its ``n`` choices — an upstream generates and bills every choice up to the
+    limit, so reserving one would let ``n`` multiply a call past its budget."""
+    n = body.get("n")
+    choices = n if type(n) is int and n > 1 else 1
+    return (max_tokens or DEFAULT_COMPLETION_RESERVATION) * choices
+
+
 def prompt_upper_bound(body: dict[str, Any], image_tokens: int = IMAGE_TOKENS_BOUND) -> int:
     """An upper bound of the prompt tokens an upstream can bill for ``body``, for strict budgets.
 
