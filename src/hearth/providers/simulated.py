@@ -19,6 +19,7 @@ import orjson
 
 from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
 from hearth.providers.png_label import label_png
+from hearth.providers.simulated_json import json_answer
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.image_size import parse_size
 from hearth.wire.tokens import estimate_messages, estimate_text, requested_max_tokens
@@ -38,9 +39,14 @@ def _last_user_text(body: dict[str, Any]) -> str:
 
 
 def reply_text(body: dict[str, Any]) -> str:
+    """The answer: a labelled echo of the last user turn, cut to the request's output limit; a JSON document
+    when ``response_format`` asks for one (:mod:`hearth.providers.simulated_json`, never cut)."""
     said = " ".join(_last_user_text(body).split())
     if len(said) > 160:
         said = said[:157] + "..."
+    as_json = json_answer(body, said)
+    if as_json is not None:
+        return as_json
     text = f"[simulated] Hearth's built-in simulated model received: \u201c{said}\u201d. No real model was called."
     limit = requested_max_tokens(body)
     if limit is not None:

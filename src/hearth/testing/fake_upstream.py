@@ -305,7 +305,7 @@ class _Templates:
         self._chat: dict[tuple[str, int, str, bool, int], list[bytes]] = {}
         self._anthropic: dict[tuple[int, str], list[bytes]] = {}
 
-    def chat(self, model: str, n: int, finish: str, with_usage: bool, choices: int = 1) -> list[bytes]:
+    def chat(self, model: str, n: int, finish: str, with_usage: bool, *, choices: int = 1) -> list[bytes]:
         """Event tails after ``_ID_PREFIX + id``: a role event per choice, then each of the ``n`` pieces
         for every choice in turn (as OpenAI interleaves them), then a finish event per choice."""
         key = (model, n, finish, with_usage, choices)
@@ -693,7 +693,7 @@ class FakeUpstream:
         options = body.get("stream_options")
         with_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         head = _ID_PREFIX + chat_id.encode()
-        events = [head + tail for tail in self._templates.chat(model, n, finish, with_usage, choices)]
+        events = [head + tail for tail in self._templates.chat(model, n, finish, with_usage, choices=choices)]
         if with_usage and behavior.usage_in_stream:
             final = {
                 "id": chat_id,
