@@ -12,7 +12,7 @@ from sqlalchemy import select
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior, reply_text
-from hearth.wire.tokens import estimate_messages, estimate_text, prompt_upper_bound
+from hearth.wire.tokens import DEFAULT_COMPLETION_RESERVATION, estimate_messages, estimate_text, prompt_upper_bound
 from tests.support import (
     ADMIN,
     AUTH,
@@ -212,3 +212,27 @@ async def test_an_answer_without_usage_is_charged_its_estimated_output_too(fake,
     summary = await ledger_summary(server.settings.database_url)
     output = 2 * estimate_text(reply_text(MAX_TOKENS))  # both choices' text, estimated offline
     assert summary["charged"] == estimate_messages(body["messages"]) + output
+
+
+async def test_a_budgeted_call_that_names_no_output_limit_is_sent_the_limit_it_reserved(fake, hearth_server, http):
+    # a strict budget reserves "prompt + constrained output" (seed 004): the constraint must reach the model
+    fake.set_defaults(chunks=DEFAULT_COMPLETION_RESERVATION + 300)  # left alone, the model writes more
+    server = hearth_server(budget_registry(fake, 1_000_000, unit="tokens"))
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert fake.stats.last_body["max_tokens"] == DEFAULT_COMPLETION_RESERVATION
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    await _flushed(server)
+    summary = await ledger_summary(server.settings.database_url)
+    assert list(summary["reserves"].values()) == [prompt_upper_bound(chat_body()) + DEFAULT_COMPLETION_RESERVATION]
+    (settle,) = summary["settles"].values()
+    assert settle["overrun"] == 0
+
+
+async def test_a_call_under_no_budget_keeps_the_models_own_output_limit(fake, hearth_server, http):
+    reg = budget_registry(fake, 1_000_000, unit="tokens")
+    reg["budgets"] = []
+    server = hearth_server(reg)
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert "max_tokens" not in fake.stats.last_body

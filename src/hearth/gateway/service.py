@@ -45,7 +45,7 @@ from hearth.gateway.state_recovery import StateRecovery
 from hearth.observability.metrics import CALLS
 from hearth.observability.request_log import RequestLogWriter
 from hearth.providers.base import NativeCall, Provider, UpstreamReply, Usage, image_provider
-from hearth.registry.snapshot import MICRO, Endpoint, Model, Registry
+from hearth.registry.snapshot import MICRO, Caller, Endpoint, Model, Registry
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
 from hearth.wire.tokens import (
@@ -202,6 +202,9 @@ class Gateway:
             scene = resolve_scene(self.registry, caller, ctx.requested_scene) if kind == "chat" else None
             ctx.scene = scene.name if scene is not None else None
             route = plan_route(self.registry, caller, scene, body)
+            if kind == "chat" and route.effective_max_tokens is None and self._budgeted(ctx, caller, route):
+                # a strict budget reserves a constrained output (seed 004): the reserved limit is sent upstream
+                route = replace(route, effective_max_tokens=DEFAULT_COMPLETION_RESERVATION)
         first = self.resolve_model(route.models[0], kind)
         models = [first] + [m for name in route.models[1:]
                             if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
@@ -219,6 +222,11 @@ class Gateway:
             # endpoint's ``max_tokens_field`` (the endpoint is chosen after planning)
             body = {**body, "max_tokens": route.effective_max_tokens}
         return route, models, body
+
+    def _budgeted(self, ctx: CallContext, caller: Caller, route: Route) -> bool:
+        """Whether a budget applies to this call (the plan is cached, and read again at admission)."""
+        return bool(self.plans.get(self.registry, caller, ctx.tenant, ctx.end_user, ip=ctx.client_ip,
+                                   stream=ctx.stream, models=route.models).budgets)
 
     async def _run(self, call: Call, route: Route, models: list[Model], estimate: int, *, bound: int, op: Op[T],
                    completion: int, images: int = 0) -> T:
