@@ -3,6 +3,7 @@ per model per route (a pydantic ``TypeAdapter`` each — 1,093 for this API, mos
 
 from __future__ import annotations
 
+import pytest
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
@@ -29,6 +30,14 @@ def test_routes_with_the_same_error_model_share_its_field_and_keep_their_own_des
     assert route_a.response_fields[400] is route_a.response_fields[404] is route_b.response_fields[400]
     assert 204 not in route_a.response_fields  # a response without a model has no field
     assert route_a.responses[404] == {"model": _Failure, "description": "no such a"}  # as declared, for the document
+
+
+def test_a_model_declared_for_a_status_without_a_body_is_refused_as_fastapi_refuses_it() -> None:
+    router = api_router()
+    with pytest.raises(ValueError, match="304 must not have a response body"):
+        @router.get("/c", responses={304: {"model": _Failure}})
+        def c() -> dict[str, str]:
+            return {}
 
 
 def test_the_whole_api_builds_one_field_per_response_model() -> None:

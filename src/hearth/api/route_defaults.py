@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import ORJSONResponse
 from fastapi.routing import APIRoute
-from fastapi.utils import create_model_field
+from fastapi.utils import create_model_field, is_body_allowed_for_status_code
 
 
 def api_router(**options: Any) -> APIRouter:
@@ -50,6 +50,9 @@ class DocumentedResponsesRoute(APIRoute):
     def __init__(self, path: str, endpoint: Callable[..., Any], *,
                  responses: dict[int | str, dict[str, Any]] | None = None, **options: Any) -> None:
         declared = responses or {}
+        for code, response in declared.items():
+            if response.get("model") and not is_body_allowed_for_status_code(code):
+                raise ValueError(f"{path}: status code {code} must not have a response body")
         super().__init__(path, endpoint, **options,
                          responses={code: {k: v for k, v in r.items() if k != "model"} for code, r in declared.items()})
         self.responses = declared
