@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,16 @@ async def test_a_call_under_no_budget_keeps_the_models_own_output_limit(fake, he
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
     assert r.status_code == 200, r.text
     assert "max_tokens" not in fake.stats.last_body
+
+
+async def test_a_predicted_output_is_reserved_as_output_since_its_rejected_tokens_are_billed_so(
+        fake, hearth_server, http):
+    predicted = "def total(lines):\n    return sum(line.price for line in lines)\n" * 20
+    body = chat_body(max_tokens=MAX_TOKENS, prediction={"type": "content", "content": predicted})
+    server = hearth_server(budget_registry(fake, 1_000_000, unit="tokens"))
+    r = await http.post(server.base_url + "/v1/chat/completions", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    await _flushed(server)
+    summary = await ledger_summary(server.settings.database_url)
+    predicted_bytes = len(json.dumps(predicted).encode())  # a byte-level BPE token covers at least one byte
+    assert list(summary["reserves"].values()) == [prompt_upper_bound(body) + MAX_TOKENS + predicted_bytes]

@@ -68,10 +68,13 @@ def requested_max_tokens(body: dict[str, Any]) -> int | None:
 def output_reservation(body: dict[str, Any], max_tokens: int | None) -> int:
     """The output tokens a chat call may be billed: its output limit (``DEFAULT_COMPLETION_RESERVATION`` when
     it names none) for each of its ``n`` choices — an upstream generates and bills every choice up to the
-    limit, so reserving one would let ``n`` multiply a call past its budget."""
+    limit, so reserving one would let ``n`` multiply a call past its budget — plus, for a predicted output,
+    the prediction's UTF-8 size: its rejected tokens are billed at output rates, beyond ``max_tokens``."""
     n = body.get("n")
     choices = n if type(n) is int and n > 1 else 1
-    return (max_tokens or DEFAULT_COMPLETION_RESERVATION) * choices
+    prediction = body.get("prediction")
+    predicted = len(orjson.dumps(prediction.get("content"))) if type(prediction) is dict else 0
+    return ((max_tokens or DEFAULT_COMPLETION_RESERVATION) + predicted) * choices
 
 
 def prompt_upper_bound(body: dict[str, Any], image_tokens: int = IMAGE_TOKENS_BOUND) -> int:
