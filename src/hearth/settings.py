@@ -56,6 +56,10 @@ class Settings(BaseSettings):
                                "dead process frees them within this time")
     state_timeout_s: float = Field(default=2.0, gt=0, description="how long a state-backend command may take; "
                                    "an admission script that runs later than this refuses")
+    default_max_tokens: int = Field(default=1024, ge=1, le=1_000_000, description="the output limit of a chat "
+                                    "call that names none: what budgets and token limits reserve for its output, "
+                                    "and, when a budget applies, the `max_tokens` sent upstream so the "
+                                    "reservation bounds the bill")
     budget_image_tokens: int = Field(default=2_000, ge=1, description="what a strict budget reserves for one "
                                      "image part of a prompt (an upper bound of what providers bill for it)")
     ledger_commit_timeout_s: float = Field(default=5.0, gt=0, description="longest wait for a budget "

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior, reply_text
-from hearth.wire.tokens import DEFAULT_COMPLETION_RESERVATION, estimate_messages, estimate_text, prompt_upper_bound
+from hearth.wire.tokens import estimate_messages, estimate_text, prompt_upper_bound
 from tests.support import (
     ADMIN,
     AUTH,
@@ -217,15 +217,16 @@ async def test_an_answer_without_usage_is_charged_its_estimated_output_too(fake,
 
 async def test_a_budgeted_call_that_names_no_output_limit_is_sent_the_limit_it_reserved(fake, hearth_server, http):
     # a strict budget reserves "prompt + constrained output" (seed 004): the constraint must reach the model
-    fake.set_defaults(chunks=DEFAULT_COMPLETION_RESERVATION + 300)  # left alone, the model writes more
-    server = hearth_server(budget_registry(fake, 1_000_000, unit="tokens"))
+    limit = 300  # HEARTH_DEFAULT_MAX_TOKENS
+    fake.set_defaults(chunks=limit + 200)  # left alone, the model writes more
+    server = hearth_server(budget_registry(fake, 1_000_000, unit="tokens"), default_max_tokens=limit)
     r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
     assert r.status_code == 200, r.text
-    assert fake.stats.last_body["max_tokens"] == DEFAULT_COMPLETION_RESERVATION
+    assert fake.stats.last_body["max_tokens"] == limit
     assert r.json()["choices"][0]["finish_reason"] == "length"
     await _flushed(server)
     summary = await ledger_summary(server.settings.database_url)
-    assert list(summary["reserves"].values()) == [prompt_upper_bound(chat_body()) + DEFAULT_COMPLETION_RESERVATION]
+    assert list(summary["reserves"].values()) == [prompt_upper_bound(chat_body()) + limit]
     (settle,) = summary["settles"].values()
     assert settle["overrun"] == 0
 

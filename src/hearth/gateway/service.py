@@ -49,7 +49,6 @@ from hearth.registry.snapshot import MICRO, Caller, Endpoint, Model, Registry
 from hearth.settings import Settings
 from hearth.state.base import StateBackend
 from hearth.wire.tokens import (
-    DEFAULT_COMPLETION_RESERVATION,
     estimate_messages,
     output_reservation,
     prompt_upper_bound,
@@ -106,7 +105,7 @@ class Gateway:
                 return await self.providers[ep.kind].chat(ep, body, timeout_s, headers=ctx.headers)
 
             reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op,
-                                    completion=output_reservation(body, route.effective_max_tokens))
+                                    completion=self._output(body, route))
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -172,7 +171,7 @@ class Gateway:
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s, headers=ctx.headers)
 
             upstream = await self._run(call, route, models, estimate, bound=self._bound(body), op=op,
-                                       completion=output_reservation(body, route.effective_max_tokens))
+                                       completion=self._output(body, route))
         except BaseException as exc:
             await call.fail(exc)
             raise
@@ -204,7 +203,7 @@ class Gateway:
             route = plan_route(self.registry, caller, scene, body)
             if kind == "chat" and route.effective_max_tokens is None and self._budgeted(ctx, caller, route):
                 # a strict budget reserves a constrained output (seed 004): the reserved limit is sent upstream
-                route = replace(route, effective_max_tokens=DEFAULT_COMPLETION_RESERVATION)
+                route = replace(route, effective_max_tokens=self.settings.default_max_tokens)
         first = self.resolve_model(route.models[0], kind)
         models = [first] + [m for name in route.models[1:]
                             if (m := self.registry.models.get(name)) is not None and m.enabled and m.kind == kind]
@@ -222,6 +221,10 @@ class Gateway:
             # endpoint's ``max_tokens_field`` (the endpoint is chosen after planning)
             body = {**body, "max_tokens": route.effective_max_tokens}
         return route, models, body
+
+    def _output(self, body: dict[str, Any], route: Route) -> int:
+        """What a chat call reserves for its output (``HEARTH_DEFAULT_MAX_TOKENS`` when it names no limit)."""
+        return output_reservation(body, route.effective_max_tokens or self.settings.default_max_tokens)
 
     def _budgeted(self, ctx: CallContext, caller: Caller, route: Route) -> bool:
         """Whether a budget applies to this call (the plan is cached, and read again at admission)."""
@@ -277,7 +280,7 @@ class Gateway:
         call = self._call(ctx)
         async with call:
             estimate = estimate_messages(body.get("messages"))
-            reserve = int(body.get("max_tokens") or DEFAULT_COMPLETION_RESERVATION)
+            reserve = int(body.get("max_tokens") or self.settings.default_max_tokens)
             policy = AttemptPolicy(1, 0.0, estimate + reserve, self.rng, self.on_auth_failure)
 
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:

@@ -10,7 +10,6 @@ from typing import Any
 
 import orjson
 
-DEFAULT_COMPLETION_RESERVATION = 1024
 IMAGE_TOKENS_BOUND = 2_000  # what one image part may cost at most (high detail, large image)
 MESSAGE_OVERHEAD_TOKENS = 8  # role and separator tokens around each message
 _BILLED_EXTRAS = ("tools", "functions", "tool_choice", "response_format", "input")
@@ -65,16 +64,16 @@ def requested_max_tokens(body: dict[str, Any]) -> int | None:
     return best
 
 
-def output_reservation(body: dict[str, Any], max_tokens: int | None) -> int:
-    """The output tokens a chat call may be billed: its output limit (``DEFAULT_COMPLETION_RESERVATION`` when
-    it names none) for each of its ``n`` choices — an upstream generates and bills every choice up to the
-    limit, so reserving one would let ``n`` multiply a call past its budget — plus, for a predicted output,
-    the prediction's UTF-8 size: its rejected tokens are billed at output rates, beyond ``max_tokens``."""
+def output_reservation(body: dict[str, Any], max_tokens: int) -> int:
+    """The output tokens a chat call may be billed: its output limit ``max_tokens`` for each of its ``n``
+    choices — an upstream generates and bills every choice up to the limit, so reserving one would let ``n``
+    multiply a call past its budget — plus, for a predicted output, the prediction's UTF-8 size: its rejected
+    tokens are billed at output rates, beyond ``max_tokens``."""
     n = body.get("n")
     choices = n if type(n) is int and n > 1 else 1
     prediction = body.get("prediction")
     predicted = len(orjson.dumps(prediction.get("content"))) if type(prediction) is dict else 0
-    return ((max_tokens or DEFAULT_COMPLETION_RESERVATION) + predicted) * choices
+    return (max_tokens + predicted) * choices
 
 
 def prompt_upper_bound(body: dict[str, Any], image_tokens: int = IMAGE_TOKENS_BOUND) -> int:
