@@ -208,11 +208,13 @@ async def test_an_answer_without_usage_is_charged_its_estimated_output_too(fake,
     fake.script(FakeBehavior(usage_in_reply=False))
     r = await http.post(server.base_url + "/v1/chat/completions", json=body, headers=AUTH)
     assert r.status_code == 200, r.text
-    assert "usage" not in r.json()
     await _flushed(server)
     summary = await ledger_summary(server.settings.database_url)
-    output = 2 * estimate_text(reply_text(MAX_TOKENS))  # both choices' text, estimated offline
-    assert summary["charged"] == estimate_messages(body["messages"]) + output
+    prompt, output = estimate_messages(body["messages"]), 2 * estimate_text(reply_text(MAX_TOKENS))  # both choices
+    assert summary["charged"] == prompt + output
+    # the caller sees what it was charged, marked as Hearth's estimate (as a stream's usage chunk is)
+    assert r.json()["usage"] == {"prompt_tokens": prompt, "completion_tokens": output,
+                                 "total_tokens": prompt + output, "hearth_estimated": True}
 
 
 async def test_a_budgeted_call_that_names_no_output_limit_is_sent_the_limit_it_reserved(fake, hearth_server, http):

@@ -31,6 +31,7 @@ from hearth.gateway.model_name import shown_model
 from hearth.providers.base import UpstreamStream, Usage
 from hearth.wire.model_name import ChunkRenamer
 from hearth.wire.sse import encode_event
+from hearth.wire.usage import estimated_usage
 
 DONE_FRAME = b"data: [DONE]\n\n"
 SHUTDOWN_MESSAGE = ("This Hearth process is shutting down and ended the stream before the answer was complete; "
@@ -132,9 +133,7 @@ class RelayStream:
             "id": head.get("id", f"chatcmpl-{self._call.ctx.request_id}"), "object": "chat.completion.chunk",
             "created": head.get("created", int(time.time())), "model": head["model"],
             **({"system_fingerprint": head["system_fingerprint"]} if "system_fingerprint" in head else {}),
-            "choices": [],
-            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                      "total_tokens": usage.prompt_tokens + usage.completion_tokens, "hearth_estimated": True}})
+            "choices": [], "usage": estimated_usage(usage.prompt_tokens, usage.completion_tokens)})
 
     async def close(self) -> None:
         if self._closed:

@@ -54,6 +54,7 @@ from hearth.wire.tokens import (
     prompt_upper_bound,
     requested_max_tokens,
 )
+from hearth.wire.usage import with_estimated_usage
 
 T = TypeVar("T")
 Op = Callable[[Model, Endpoint, float], Awaitable[T]]
@@ -107,6 +108,8 @@ class Gateway:
             reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op,
                                     completion=self._output(body, route))
             await self._succeed(call, reply, estimate)
+        if reply.usage is None:  # the caller sees the usage it was charged, as a stream's usage chunk shows it
+            reply = replace(reply, body=with_estimated_usage(reply.body, estimate, reply.completion_estimate))
         return reply
 
     async def embed(self, ctx: CallContext, body: dict[str, Any]) -> UpstreamReply:
