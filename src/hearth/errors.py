@@ -282,9 +282,11 @@ class UpstreamNetworkError(Exception):
 
 
 class UpstreamOutcomeUnknown(UpstreamNetworkError):
-    """The request reached the upstream, whose answer was then lost (a read timeout, a cut connection): it may
-    have done the work. Raised for calls that must not be sent twice (image generation), so the gateway does
-    not fail over to another endpoint: a connection that was never made is a plain UpstreamNetworkError."""
+    """A non-stream request reached the upstream, whose answer was then lost or unusable (a read timeout, a cut
+    connection, a malformed body): it may have done — and billed — the work. A connection that was never made
+    is a plain UpstreamNetworkError. An image call does not fail over on it (it must not be drawn twice); a
+    chat or embedding call does, and if it then fails it is charged as answered (:meth:`Call.in_doubt
+    <hearth.gateway.call.Call.in_doubt>`)."""
 # the OpenAI Batch API (docs/batches.md)
 CATALOG["batch_not_found"] = ErrorSpec(404, False, "invalid_request_error", "The batch does not exist.")
 CATALOG["batch_state_conflict"] = ErrorSpec(409, False, "invalid_request_error",

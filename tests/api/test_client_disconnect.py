@@ -18,7 +18,8 @@ import orjson
 import pytest
 
 from hearth.testing.fake_upstream import FakeUpstream
-from tests.support import ADMIN, AUTH, chat_body
+from hearth.wire.tokens import estimate_messages
+from tests.support import ADMIN, AUTH, chat_body, ledger_summary
 
 UPSTREAM_DELAY_MS = 5000.0
 CLIENT_STAYS_S = 0.3
@@ -163,3 +164,22 @@ async def test_a_client_that_stays_still_gets_its_answer(fake, hearth_server, ht
         r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
         assert r.status_code == 200
     assert await _in_flight(http, server, "a") == 0
+
+
+async def test_a_non_stream_call_the_client_left_is_charged_as_answered(fake, fake2, hearth_server, http):
+    # the client left while the upstream had the request: the provider may finish (and bill) it anyway
+    reg = _registry(fake.base_url, fake2.base_url)
+    reg["budgets"] = [{"name": "daily", "caller": "tester", "scope": "caller", "period": "day", "unit": "tokens",
+                       "limit": 1_000_000}]
+    server = hearth_server(reg)
+    fake.set_defaults(latency_ms=UPSTREAM_DELAY_MS)
+    body = chat_body("slow answer", max_tokens=40)
+    rid = uuid.uuid4().hex
+    left_at = await _post_and_leave(server.port, "/v1/chat/completions", body, rid)
+    await _assert_noticed_at_once(http, server, fake, fake2, rid, left_at)
+    row = await _log_row(http, server, rid)
+    assert row is not None and row["usage_estimated"] is True
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (estimate_messages(body["messages"]), 40)
+    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(server.runtime.ledger.flush(), server.loop))
+    summary = await ledger_summary(server.settings.database_url)
+    assert summary["charged"] == estimate_messages(body["messages"]) + 40

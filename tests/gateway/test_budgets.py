@@ -13,6 +13,7 @@ from sqlalchemy import select
 from hearth.store.db import create_engine
 from hearth.store.tables import budget_ledger
 from hearth.testing.fake_upstream import FakeBehavior, reply_text
+from hearth.testing.server_thread import free_port
 from hearth.wire.tokens import estimate_messages, estimate_text, prompt_upper_bound
 from tests.support import (
     ADMIN,
@@ -253,3 +254,29 @@ async def test_a_predicted_output_is_reserved_as_output_since_its_rejected_token
     summary = await ledger_summary(server.settings.database_url)
     predicted_bytes = len(json.dumps(predicted).encode())  # a byte-level BPE token covers at least one byte
     assert list(summary["reserves"].values()) == [prompt_upper_bound(body) + MAX_TOKENS + predicted_bytes]
+
+
+async def test_a_call_whose_upstream_took_the_request_and_then_timed_out_is_charged_as_answered(
+        fake, hearth_server, http):
+    # the provider may still finish (and bill) a non-stream answer Hearth stopped waiting for; the caller's
+    # own short deadline must not turn every call into a free one
+    body = chat_body(max_tokens=MAX_TOKENS)
+    server = hearth_server(budget_registry(fake, 1_000_000, unit="tokens"))
+    fake.set_defaults(latency_ms=2000)
+    r = await http.post(server.base_url + "/v1/chat/completions", json=body,
+                        headers={**AUTH, "X-Hearth-Timeout-Ms": "300"})
+    assert (r.status_code, r.json()["error"]["code"]) == (504, "upstream_timeout")
+    await _flushed(server)
+    summary = await ledger_summary(server.settings.database_url)
+    assert summary["charged"] == estimate_messages(body["messages"]) + MAX_TOKENS
+
+
+async def test_a_call_no_upstream_took_is_refunded_entirely(fake, hearth_server, http):
+    reg = budget_registry(fake, 1_000_000, unit="tokens")
+    reg["endpoints"][0]["base_url"] = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: never sent
+    server = hearth_server(reg)
+    r = await http.post(server.base_url + "/v1/chat/completions", json=chat_body(max_tokens=MAX_TOKENS), headers=AUTH)
+    assert r.status_code == 502, r.text
+    await _flushed(server)
+    summary = await ledger_summary(server.settings.database_url)
+    assert summary["reserves"] and summary["charged"] == 0

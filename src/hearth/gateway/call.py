@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError
+from hearth.errors import HearthError, UpstreamHTTPError, UpstreamNetworkError, UpstreamOutcomeUnknown
 from hearth.gateway.budget import actual_amounts
 from hearth.gateway.budget_ledger import BudgetLedger
 from hearth.gateway.caller_admission import (
@@ -66,6 +66,7 @@ class Call:
         self.ctx = ctx
         self.grant: CallerGrant | None = None
         self.current: Admitted | None = None  # the endpoint lease of the attempt in progress / the stream
+        self.outcome_unknown = False  # an attempt's request reached an upstream whose answer was lost
         self._finished = False
         self._renewal: asyncio.TimerHandle | None = None
         self._renewing: asyncio.Task[None] | None = None
@@ -100,6 +101,8 @@ class Call:
         adm, self.current = self.current, None
         if adm is None:
             return
+        if isinstance(failure, UpstreamOutcomeUnknown):
+            self.outcome_unknown = True
         status, code = attempt_outcome(failure)
         self._record_attempt(adm, status, code)
         health = self.deps.health
@@ -206,16 +209,26 @@ class Call:
         finally:
             self._record(status, error_code, usage, estimated)
 
-    async def fail(self, exc: BaseException) -> None:
-        """Finish after ``exc`` ended the call, logging what the caller was told."""
-        if isinstance(exc, HearthError):
-            await self.finish(exc.status, exc.code)
-        elif isinstance(exc, UpstreamHTTPError):
-            await self.finish(exc.status, "upstream_rejected_request")
-        elif isinstance(exc, asyncio.CancelledError):
-            await self.finish(499, "client_disconnected")
+    def in_doubt(self, exc: BaseException) -> bool:
+        """Whether an upstream may have done the work of this call, which ``exc`` ended: an attempt's request
+        reached an upstream whose answer was lost (:class:`~hearth.errors.UpstreamOutcomeUnknown`: a read
+        timeout, a cut connection, a malformed body), or the client left while one was at an upstream. The
+        provider may then finish it and bill it, so refunding would let a caller — with a short deadline, or by
+        hanging up — spend past its budget."""
+        if isinstance(exc, asyncio.CancelledError):
+            return self.current is not None
+        if isinstance(exc, HearthError) and exc.code == "upstream_outcome_unknown":
+            return True
+        return self.outcome_unknown
+
+    async def fail(self, exc: BaseException, *, if_answered: Usage | None = None) -> None:
+        """Finish after ``exc`` ended the call, logging what the caller was told. ``if_answered``: what a
+        non-stream call is charged (flagged estimated) when it is :meth:`in doubt <in_doubt>`; else nothing."""
+        status, code = failure_outcome(exc)
+        if if_answered is not None and self.in_doubt(exc):
+            await self.finish(status, code, if_answered, True)
         else:
-            await self.finish(500, "internal_error")
+            await self.finish(status, code)
 
     async def __aenter__(self) -> Call:
         return self
@@ -268,6 +281,17 @@ def call_cost(registry: Registry, ctx: CallContext, usage: Usage | None) -> floa
         return 0.0
     price = registry.price_for(ctx.endpoint, ctx.model)
     return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.images) if price is not None else 0.0
+
+
+def failure_outcome(exc: BaseException) -> tuple[int, str]:
+    """(status, error code) a call that ``exc`` ended is logged with: what its caller was told."""
+    if isinstance(exc, HearthError):
+        return exc.status, exc.code
+    if isinstance(exc, UpstreamHTTPError):
+        return exc.status, "upstream_rejected_request"
+    if isinstance(exc, asyncio.CancelledError):
+        return 499, "client_disconnected"
+    return 500, "internal_error"
 
 
 def attempt_outcome(failure: BaseException | None) -> tuple[int, str | None]:

@@ -22,7 +22,6 @@ attempts with failover, settlement, the request log — with three differences, 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from typing import Any, Final
 
@@ -30,7 +29,7 @@ from hearth.errors import HearthError, UpstreamOutcomeUnknown
 from hearth.registry.snapshot import Endpoint, Model
 from hearth.wire.tokens import estimate_text
 
-__all__ = ["MAX_IMAGES", "image_count", "models_for_size", "outcome_in_doubt", "outcome_unknown", "prompt_bound",
+__all__ = ["MAX_IMAGES", "image_count", "models_for_size", "outcome_unknown", "prompt_bound",
            "prompt_estimate"]
 
 MAX_IMAGES: Final = 10  # OpenAI's own limit on `n`
@@ -85,13 +84,3 @@ def outcome_unknown(exc: UpstreamOutcomeUnknown) -> HearthError:
     return HearthError("upstream_outcome_unknown", f"The image endpoint {what}; it may still draw (and bill) the "
                        "images, so Hearth did not ask another endpoint. Check before generating again.",
                        status=504 if exc.timeout else None)
-
-
-def outcome_in_doubt(exc: BaseException, *, sent: bool) -> tuple[int, str] | None:
-    """(status, code) to settle a failed image call with as if drawn, or None when the upstream certainly drew
-    nothing. ``sent``: an attempt's request was at the upstream when ``exc`` ended the call."""
-    if isinstance(exc, HearthError) and exc.code == "upstream_outcome_unknown":
-        return exc.status, exc.code
-    if isinstance(exc, asyncio.CancelledError) and sent:  # the client left mid-call: the upstream may finish it
-        return 499, "client_disconnected"
-    return None

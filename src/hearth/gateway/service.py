@@ -34,7 +34,6 @@ from hearth.gateway.health import HealthBook
 from hearth.gateway.image_calls import (
     image_count,
     models_for_size,
-    outcome_in_doubt,
     outcome_unknown,
     prompt_bound,
     prompt_estimate,
@@ -105,8 +104,9 @@ class Gateway:
                     return await native.chat(ep, timeout_s, headers=ctx.headers)
                 return await self.providers[ep.kind].chat(ep, body, timeout_s, headers=ctx.headers)
 
+            completion = self._output(body, route)
             reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op,
-                                    completion=self._output(body, route))
+                                    completion=completion, if_answered=Usage(estimate, completion))
             await self._succeed(call, reply, estimate)
         if reply.usage is None:  # the caller sees the usage it was charged, as a stream's usage chunk shows it
             reply = replace(reply, body=with_estimated_usage(reply.body, estimate, reply.completion_estimate))
@@ -122,7 +122,8 @@ class Gateway:
             async def op(model: Model, ep: Endpoint, timeout_s: float) -> UpstreamReply:
                 return await self.providers[ep.kind].embeddings(ep, body, timeout_s, headers=ctx.headers)
 
-            reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op, completion=0)
+            reply = await self._run(call, route, models, estimate, bound=self._bound(body), op=op, completion=0,
+                                    if_answered=Usage(estimate, 0))
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -144,14 +145,9 @@ class Gateway:
                     self.health.failed(ep.name, self.health.clock.now())
                     raise outcome_unknown(exc) from exc
 
-            try:
-                reply = await self._run(call, route, models, estimate, bound=prompt_bound(body), op=op, completion=0,
-                                        images=image_count(body))
-            except BaseException as exc:  # a request the upstream took and may be drawing is charged as drawn
-                doubt = outcome_in_doubt(exc, sent=call.current is not None)
-                if doubt is not None:
-                    await call.finish(*doubt, Usage(estimate, 0, images=image_count(body)), True)
-                raise
+            drawn = Usage(estimate, 0, images=image_count(body))  # a request it took and may be drawing
+            reply = await self._run(call, route, models, estimate, bound=prompt_bound(body), op=op, completion=0,
+                                    images=image_count(body), if_answered=drawn)
             await self._succeed(call, reply, estimate)
         return reply
 
@@ -174,7 +170,7 @@ class Gateway:
                 return await self.providers[ep.kind].chat_stream(ep, body, timeout_s, idle_s, headers=ctx.headers)
 
             upstream = await self._run(call, route, models, estimate, bound=self._bound(body), op=op,
-                                       completion=self._output(body, route))
+                                       completion=self._output(body, route), if_answered=None)
         except BaseException as exc:
             await call.fail(exc)
             raise
@@ -235,16 +231,23 @@ class Gateway:
                                    stream=ctx.stream, models=route.models).budgets)
 
     async def _run(self, call: Call, route: Route, models: list[Model], estimate: int, *, bound: int, op: Op[T],
-                   completion: int, images: int = 0) -> T:
+                   completion: int, if_answered: Usage | None, images: int = 0) -> T:
         """Caller admission, then the attempts (the successful one's lease stays with ``call``); ``completion``:
-        the output tokens the call may be billed (0 for embeddings and images)."""
-        await self._admit_caller(call, route, estimate, bound, reserve=completion, first=models[0], images=images)
-        attempts = self.settings.max_attempts
-        if call.ctx.max_attempts is not None:
-            attempts = min(attempts, call.ctx.max_attempts)
-        policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + completion, self.rng,
-                               self.on_auth_failure)
-        return await run_with_fallback(call, policy, models, route.default_route, op=op)
+        the output tokens the call may be billed (0 for embeddings and images). A call that fails is refunded,
+        or — a non-stream call an upstream may still finish and bill (:meth:`Call.in_doubt`) — charged
+        ``if_answered`` (None for streams: their upstream stops when they end)."""
+        try:
+            await self._admit_caller(call, route, estimate, bound, reserve=completion, first=models[0],
+                                     images=images)
+            attempts = self.settings.max_attempts
+            if call.ctx.max_attempts is not None:
+                attempts = min(attempts, call.ctx.max_attempts)
+            policy = AttemptPolicy(attempts, self.settings.admission_wait_s, estimate + completion, self.rng,
+                                   self.on_auth_failure)
+            return await run_with_fallback(call, policy, models, route.default_route, op=op)
+        except BaseException as exc:
+            await call.fail(exc, if_answered=if_answered)
+            raise
 
     async def _admit_caller(self, call: Call, route: Route, estimate: int, bound: int, *, reserve: int,
                             first: Model, images: int = 0) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from hearth.errors import HearthError, UpstreamNetworkError
+from hearth.errors import HearthError, UpstreamNetworkError, UpstreamOutcomeUnknown
 from hearth.providers.anthropic_format import (
     MessagesStreamTranslator,
     TranslationError,
@@ -120,8 +120,8 @@ class AnthropicProvider:
         try:
             data = orjson.loads(raw)
             chat = messages_response_to_chat(data, ep.upstream_model)
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-            raise UpstreamNetworkError("upstream sent a malformed response") from exc
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:  # answered: maybe billed
+            raise UpstreamOutcomeUnknown("upstream sent a malformed response") from exc
         u = chat.get("usage") or {}
         usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))) if u else None
         return UpstreamReply(orjson.dumps(chat), usage)
@@ -161,10 +161,10 @@ class AnthropicProvider:
                                     timeout_s=timeout_s, error_body=anthropic_error_to_openai, answered=answered)
         try:
             data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamNetworkError("upstream sent a malformed response") from exc
+        except orjson.JSONDecodeError as exc:  # answered: maybe billed
+            raise UpstreamOutcomeUnknown("upstream sent a malformed response") from exc
         if not isinstance(data, dict) or data.get("type") != "message":
-            raise UpstreamNetworkError("upstream sent a malformed response")
+            raise UpstreamOutcomeUnknown("upstream sent a malformed response")
         counts = _UsageCounts()
         counts.update(data.get("usage"))
         return UpstreamReply(raw, Usage(counts.prompt, counts.output))

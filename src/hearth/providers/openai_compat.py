@@ -15,14 +15,13 @@ import orjson
 from hearth.errors import UpstreamNetworkError, UpstreamOutcomeUnknown
 from hearth.observability.logging import scrub
 from hearth.providers.base import HeaderExchange, UpstreamReply, Usage
-from hearth.providers.http1_client import ConnectFailed, Http1Pool
+from hearth.providers.http1_client import Http1Pool
 from hearth.providers.upstream_http import UpstreamBody, UpstreamHTTP, exchange_headers, stream_timeouts
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.sse import SSEEventTooLarge, SSEParser
 from hearth.wire.tokens import estimate_text
 
 _DONE = b"[DONE]"
-_NEVER_SENT = (ConnectFailed,)  # the connection was never made: nothing reached the upstream
 _ALWAYS_B64_MODELS = ("gpt-image-",)  # OpenAI image models that always answer base64 and refuse `response_format`
 
 
@@ -178,10 +177,10 @@ class OpenAICompatProvider:
                                     error_body=upstream_error_body, answered=answered)
         try:
             obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamNetworkError("upstream sent a malformed response") from exc
+        except orjson.JSONDecodeError as exc:  # it answered: the work is done, and may be billed
+            raise UpstreamOutcomeUnknown("upstream sent a malformed response") from exc
         if not isinstance(obj, dict):
-            raise UpstreamNetworkError("upstream sent a malformed response")
+            raise UpstreamOutcomeUnknown("upstream sent a malformed response")
         usage = _usage_of(obj)
         return UpstreamReply(raw, usage, 0 if usage is not None else _output_estimate(obj))
 
@@ -199,12 +198,7 @@ class OpenAICompatProvider:
         and the prompt's ``input_tokens`` (an image's own output tokens are priced per image)."""
         if ep.upstream_model.startswith(_ALWAYS_B64_MODELS):  # they refuse `response_format`: always base64
             body = {k: v for k, v in body.items() if k != "response_format"}
-        try:
-            reply = await self._json_call("/images/generations", ep, body, timeout_s, exchange=headers)
-        except UpstreamNetworkError as exc:
-            if isinstance(exc.__cause__, _NEVER_SENT):
-                raise  # nothing reached the upstream: another endpoint may draw it
-            raise UpstreamOutcomeUnknown(str(exc), timeout=exc.timeout) from exc
+        reply = await self._json_call("/images/generations", ep, body, timeout_s, exchange=headers)
         obj = orjson.loads(reply.body)
         data = obj.get("data")
         usage = obj.get("usage")

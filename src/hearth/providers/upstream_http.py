@@ -30,7 +30,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 
-from hearth.errors import UpstreamHTTPError, UpstreamNetworkError
+from hearth.errors import UpstreamHTTPError, UpstreamNetworkError, UpstreamOutcomeUnknown
 from hearth.providers.base import HeaderExchange
 from hearth.providers.http1_client import ConnectFailed, Http1Error, Http1Pool, Http1Response
 from hearth.registry.snapshot import Endpoint
@@ -186,10 +186,10 @@ class UpstreamHTTP:
         try:
             await self._answer(resp, error_body, answered)
             return await resp.read()
-        except TimeoutError as exc:
-            raise UpstreamNetworkError("upstream timed out", timeout=True) from exc
+        except TimeoutError as exc:  # the request was sent: the upstream may be working on it
+            raise UpstreamOutcomeUnknown("upstream timed out", timeout=True) from exc
         except Http1Error as exc:
-            raise UpstreamNetworkError(f"upstream read failed: {exc}") from exc
+            raise UpstreamOutcomeUnknown(f"upstream read failed: {exc}") from exc
         finally:
             timer.cancel()
             resp.close()
