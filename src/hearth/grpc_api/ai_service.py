@@ -94,9 +94,13 @@ class AiService:
         self._closing: set[asyncio.Task[None]] = set()
 
     async def closed(self) -> None:
-        """Every stream's relay is closed (the server's stop awaits this before the runtime closes)."""
-        while self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        """Every stream's relay is closed (the server's stop awaits this before the runtime closes).
+
+        Finished tasks are skipped, not awaited: one may still be in the set while its done callback waits in
+        the loop, and a ``gather`` of finished tasks completes without yielding — looping on it starved the
+        loop, so that callback never ran (a shutdown then hung until its watchdog, exit 70)."""
+        while pending := [task for task in self._closing if not task.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The method table (requests arrive as bytes: a signature covers the bytes as sent)."""
