@@ -180,6 +180,6 @@ async def test_a_non_stream_call_the_client_left_is_charged_as_answered(fake, fa
     row = await _log_row(http, server, rid)
     assert row is not None and row["usage_estimated"] is True
     assert (row["prompt_tokens"], row["completion_tokens"]) == (estimate_messages(body["messages"]), 40)
-    await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(server.runtime.ledger.flush(), server.loop))
+    await asyncio.to_thread(server.call, server.runtime.ledger.flush())
     summary = await ledger_summary(server.settings.database_url)
     assert summary["charged"] == estimate_messages(body["messages"]) + 40

@@ -22,7 +22,7 @@ from hearth.providers.png_label import label_png
 from hearth.providers.simulated_json import json_answer
 from hearth.registry.snapshot import Endpoint
 from hearth.wire.image_size import parse_size
-from hearth.wire.tokens import estimate_messages, estimate_text, requested_max_tokens
+from hearth.wire.tokens import estimate_messages, estimate_text, requested_choices, requested_max_tokens
 
 FINGERPRINT = "hearth-simulated"
 
@@ -57,19 +57,13 @@ def reply_text(body: dict[str, Any]) -> str:
     return text
 
 
-def choices(body: dict[str, Any]) -> int:
-    """The request's ``n``: how many choices to answer with (each the same text, billed each)."""
-    n = body.get("n")
-    return n if type(n) is int and n > 1 else 1
-
-
 class SimulatedStream:
     def __init__(self, body: dict[str, Any], model: str, text: str, include_usage: bool) -> None:
         self._body = body
         self._model = model
         self._text = text
         self._include_usage = include_usage
-        self._choices = choices(body)
+        self._choices = requested_choices(body)
         self.usage: Usage | None = None
         self.completion_estimate = estimate_text(text) * self._choices
 
@@ -123,7 +117,7 @@ class SimulatedProvider:
                    headers: HeaderExchange | None = None) -> UpstreamReply:
         _no_upstream_headers(headers)
         text = reply_text(body)
-        n = choices(body)
+        n = requested_choices(body)  # each the same text, billed each
         usage = Usage(estimate_messages(body.get("messages")), estimate_text(text) * n)
         reply = {
             "id": f"chatcmpl-sim{uuid.uuid4().hex[:20]}", "object": "chat.completion", "created": int(time.time()),

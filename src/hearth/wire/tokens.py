@@ -64,16 +64,20 @@ def requested_max_tokens(body: dict[str, Any]) -> int | None:
     return best
 
 
+def requested_choices(body: dict[str, Any]) -> int:
+    """The choices a chat request asks for (its ``n``; 1 when absent or not a count)."""
+    n = body.get("n")
+    return n if type(n) is int and n > 1 else 1
+
+
 def output_reservation(body: dict[str, Any], max_tokens: int) -> int:
     """The output tokens a chat call may be billed: its output limit ``max_tokens`` for each of its ``n``
     choices — an upstream generates and bills every choice up to the limit, so reserving one would let ``n``
     multiply a call past its budget — plus, for a predicted output, the prediction's UTF-8 size: its rejected
     tokens are billed at output rates, beyond ``max_tokens``."""
-    n = body.get("n")
-    choices = n if type(n) is int and n > 1 else 1
     prediction = body.get("prediction")
     predicted = len(orjson.dumps(prediction.get("content"))) if type(prediction) is dict else 0
-    return (max_tokens + predicted) * choices
+    return (max_tokens + predicted) * requested_choices(body)
 
 
 def prompt_upper_bound(body: dict[str, Any], image_tokens: int = IMAGE_TOKENS_BOUND) -> int:
